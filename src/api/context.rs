@@ -1,0 +1,48 @@
+//! What every API handler needs: the store, the writer, the server's settings and identity,
+//! and the authenticated user of the request.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::kube::store::Store;
+use crate::kube::writer::Writer;
+
+/// The authenticated caller of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub groups: Vec<String>,
+}
+
+impl User {
+    pub fn admin() -> Self {
+        User {
+            name: "admin".into(),
+            groups: vec!["system:masters".into(), "system:authenticated".into()],
+        }
+    }
+}
+
+/// Settings the API layer reads (fixed for the life of the process).
+#[derive(Debug, Clone)]
+pub struct ApiSettings {
+    /// This server's name (`--name`, default the hostname).
+    pub server_name: String,
+    /// Addresses published for this server (`--node-ip`, or the listen address).
+    pub node_ips: Vec<IpAddr>,
+    /// Port of the API listener (the `kubernetes` Service's targetPort).
+    pub api_port: u16,
+    /// Service CIDR; its first address is the `kubernetes` Service's ClusterIP.
+    pub service_cidr: String,
+}
+
+/// Shared state of one API server process.
+pub struct ApiContext {
+    pub store: Arc<Store>,
+    pub writer: Arc<dyn Writer>,
+    pub settings: ApiSettings,
+    pub started_at: SystemTime,
+    /// Whether /readyz reports ready (single server: WAL replayed and listening).
+    pub ready: std::sync::atomic::AtomicBool,
+}

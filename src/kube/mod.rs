@@ -1,0 +1,21 @@
+//! The Kubernetes object model and the deterministic store.
+//!
+//! - `object`: keys and stored objects (JSON bytes plus the metadata the store indexes).
+//! - `mutation`: the self-contained, serializable change that every write becomes.
+//! - `store`: applies Mutations deterministically; objects, indexes, resourceVersion.
+//! - `watch`: the bounded watch history and live event fan-out.
+//! - `writer`: the seam between API handlers and persistence (WAL or Raft).
+//! - `checkpoint`: a whole store as records (objects.wal checkpoints, Raft snapshots).
+//! - `wal`: `objects.wal`, the single-server write-ahead log with group commit.
+//! - `resources`: the registry of kinds (names, scope, verbs, columns, selectable fields).
+//! - `selectors`: label and field selectors.
+
+pub mod checkpoint;
+pub mod mutation;
+pub mod object;
+pub mod resources;
+pub mod selectors;
+pub mod store;
+pub mod wal;
+pub mod watch;
+pub mod writer;

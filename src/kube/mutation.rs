@@ -1,0 +1,103 @@
+//! `Mutation`: the self-contained description of one change to the store.
+//!
+//! Every write — from an API handler, a controller, or replayed from `objects.wal` or the Raft
+//! log — becomes a Mutation. It carries everything `Store::apply` needs to decide the outcome
+//! (the full new object and the precondition), so applying the same sequence of Mutations to
+//! the same starting state gives byte-identical results on every server. Anything
+//! non-deterministic (uid, timestamps, generated names, allocated IPs, defaults) is decided
+//! before the Mutation is built.
+//!
+//! The wire form (WAL records, Raft entries, snapshots) is the serde JSON encoding of these
+//! types; field names are part of the on-disk format and must not be renamed.
+
+use serde::{Deserialize, Serialize};
+
+use super::object::ObjectKey;
+
+/// One change to one object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Mutation {
+    /// Store a new object; fails with `AlreadyExists` if the key is taken.
+    Create {
+        key: ObjectKey,
+        object: serde_json::Value,
+    },
+    /// Replace an existing object; fails with `NotFound` if it is missing and `Conflict` if a
+    /// precondition does not hold.
+    Update {
+        key: ObjectKey,
+        object: serde_json::Value,
+        #[serde(default)]
+        precondition: Precondition,
+    },
+    /// Remove an object; the DELETED event carries its last state at the new resourceVersion.
+    Delete {
+        key: ObjectKey,
+        #[serde(default)]
+        precondition: Precondition,
+    },
+}
+
+impl Mutation {
+    pub fn key(&self) -> &ObjectKey {
+        match self {
+            Mutation::Create { key, .. }
+            | Mutation::Update { key, .. }
+            | Mutation::Delete { key, .. } => key,
+        }
+    }
+
+    /// Encodes for a WAL record, Raft entry or snapshot.
+    pub fn encode(&self) -> Vec<u8> {
+        // Serializing these plain data types cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Decodes what `encode` wrote.
+    pub fn decode(bytes: &[u8]) -> Result<Mutation, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+}
+
+/// What must hold for an Update or Delete to apply.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Precondition {
+    /// The object must currently be at exactly this resourceVersion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<u64>,
+    /// The object must currently have this uid (DeleteOptions.preconditions.uid, and guards
+    /// against acting on a recreated object of the same name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+impl Precondition {
+    pub fn none() -> Self {
+        Precondition::default()
+    }
+
+    pub fn at(resource_version: u64) -> Self {
+        Precondition {
+            resource_version: Some(resource_version),
+            uid: None,
+        }
+    }
+}
+
+/// Why a Mutation did not apply. These are expected outcomes, decided identically on every
+/// server; the API layer turns them into Kubernetes `Status` responses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum ApplyError {
+    #[error("{0} already exists")]
+    AlreadyExists(ObjectKey),
+    #[error("{0} not found")]
+    NotFound(ObjectKey),
+    /// The precondition named a resourceVersion or uid the object no longer has.
+    #[error("{key} has been modified (now at resourceVersion {current})")]
+    Conflict { key: ObjectKey, current: u64 },
+    /// The object in the Mutation is unusable (not a JSON object, no metadata). Handlers
+    /// validate before building Mutations, so this only guards the store itself.
+    #[error("invalid object for {key}: {reason}")]
+    Invalid { key: ObjectKey, reason: String },
+}

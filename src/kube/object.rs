@@ -1,0 +1,84 @@
+//! Object identity (`ObjectKey`) and the stored form of an object (`StoredObject`).
+//!
+//! Objects are kept as serialized JSON (with `metadata.resourceVersion` already filled in) so
+//! that get, list and watch copy bytes instead of re-serializing, plus the few fields the store
+//! indexes and filters on (uid, labels, selectable fields). Everything here is derived
+//! deterministically from the object, so every server of a cluster holds identical values.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// Identifies one object: its resource (`"configmaps"`, `"apps/deployments"`), namespace
+/// (empty for cluster-scoped kinds) and name. Ordered so that one resource, and one namespace
+/// within it, are contiguous ranges.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ObjectKey {
+    pub resource: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(
+        resource: impl Into<String>,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Self {
+        ObjectKey {
+            resource: resource.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{}/{}", self.resource, self.name)
+        } else {
+            write!(f, "{}/{}/{}", self.resource, self.namespace, self.name)
+        }
+    }
+}
+
+/// One object as the store holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredObject {
+    pub key: ObjectKey,
+    /// The store counter value at which this version of the object was written.
+    pub resource_version: u64,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    /// Values of the kind's selectable fields (see `resources::selectable_fields`), e.g.
+    /// `("spec.nodeName", "n1")`. `metadata.name`/`metadata.namespace` are not repeated here.
+    pub fields: Vec<(String, String)>,
+    /// The whole object as compact JSON, `metadata.resourceVersion` included.
+    pub json: Bytes,
+}
+
+impl StoredObject {
+    /// Parses the stored JSON back into a value (for patches, tables and updates).
+    pub fn value(&self) -> serde_json::Value {
+        // The bytes were produced by serde_json from a Value inside the store, so they parse.
+        serde_json::from_slice(&self.json).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The value of a selectable field, including `metadata.name` and `metadata.namespace`.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        match name {
+            "metadata.name" => Some(&self.key.name),
+            "metadata.namespace" => Some(&self.key.namespace),
+            _ => self
+                .fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str()),
+        }
+    }
+}
+
+pub type ObjectRef = Arc<StoredObject>;

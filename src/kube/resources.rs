@@ -1,0 +1,167 @@
+//! The registry of kinds the API server serves: group, version, kind, plural and singular
+//! names, short names, categories, scope, verbs, subresources and the per-kind selectable
+//! fields. Discovery, routing, OpenAPI and tables all read this one table.
+
+use serde_json::Value;
+
+/// Static description of one served resource.
+#[derive(Debug)]
+pub struct ResourceInfo {
+    /// API group; "" for the core group.
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    /// Plural resource name used in URLs.
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    pub namespaced: bool,
+    /// Whether the kind has a `status` subresource.
+    pub has_status: bool,
+    /// Whether `metadata.generation` is tracked (bumped on spec changes).
+    pub tracks_generation: bool,
+    /// Fields usable in fieldSelector besides metadata.name and metadata.namespace.
+    pub selectable_fields: &'static [&'static str],
+}
+
+impl ResourceInfo {
+    /// The store's resource key: `plural` for the core group, `group/plural` otherwise.
+    pub fn store_key(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}/{}", self.group, self.plural)
+        }
+    }
+
+    /// `v1` or `group/version`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `plural` or `plural.group`, as Kubernetes names resources in error messages.
+    pub fn qualified_plural(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    pub fn verbs(&self) -> &'static [&'static str] {
+        &[
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ]
+    }
+}
+
+const NO_NAMES: &[&str] = &[];
+const ALL: &[&str] = &["all"];
+
+macro_rules! resource {
+    ($group:expr, $version:expr, $kind:expr, $plural:expr, $singular:expr, $short:expr, $cats:expr,
+     namespaced: $ns:expr, status: $status:expr, generation: $gen:expr, fields: $fields:expr) => {
+        ResourceInfo {
+            group: $group,
+            version: $version,
+            kind: $kind,
+            plural: $plural,
+            singular: $singular,
+            short_names: $short,
+            categories: $cats,
+            namespaced: $ns,
+            has_status: $status,
+            tracks_generation: $gen,
+            selectable_fields: $fields,
+        }
+    };
+}
+
+/// Every served resource. Later issues add the workload kinds here.
+pub static RESOURCES: &[ResourceInfo] = &[
+    resource!("", "v1", "Namespace", "namespaces", "namespace", &["ns"], NO_NAMES,
+        namespaced: false, status: true, generation: false, fields: &["status.phase"]),
+    resource!("", "v1", "Node", "nodes", "node", &["no"], NO_NAMES,
+        namespaced: false, status: true, generation: false, fields: &["spec.unschedulable"]),
+    resource!("", "v1", "Pod", "pods", "pod", &["po"], ALL,
+        namespaced: true, status: true, generation: false,
+        fields: &["spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+                  "spec.serviceAccountName", "spec.hostNetwork", "status.phase",
+                  "status.podIP", "status.nominatedNodeName"]),
+    resource!("", "v1", "Service", "services", "service", &["svc"], ALL,
+        namespaced: true, status: true, generation: false, fields: &["spec.clusterIP", "spec.type"]),
+    resource!("", "v1", "Endpoints", "endpoints", "endpoints", &["ep"], NO_NAMES,
+        namespaced: true, status: false, generation: false, fields: &[]),
+    resource!("", "v1", "ConfigMap", "configmaps", "configmap", &["cm"], NO_NAMES,
+        namespaced: true, status: false, generation: false, fields: &[]),
+    resource!("", "v1", "Secret", "secrets", "secret", NO_NAMES, NO_NAMES,
+        namespaced: true, status: false, generation: false, fields: &["type"]),
+    resource!("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", &["sa"], NO_NAMES,
+        namespaced: true, status: false, generation: false, fields: &[]),
+    resource!("", "v1", "Event", "events", "event", &["ev"], NO_NAMES,
+        namespaced: true, status: false, generation: false,
+        fields: &["involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+                  "involvedObject.uid", "involvedObject.apiVersion",
+                  "involvedObject.resourceVersion", "involvedObject.fieldPath",
+                  "reason", "reportingComponent", "source", "type"]),
+    resource!("events.k8s.io", "v1", "Event", "events", "event", &["ev"], NO_NAMES,
+        namespaced: true, status: false, generation: false,
+        fields: &["regarding.kind", "regarding.namespace", "regarding.name", "regarding.uid",
+                  "reason", "reportingController", "type"]),
+    resource!("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "endpointslice", NO_NAMES, NO_NAMES,
+        namespaced: true, status: false, generation: true, fields: &["addressType"]),
+    resource!("coordination.k8s.io", "v1", "Lease", "leases", "lease", NO_NAMES, NO_NAMES,
+        namespaced: true, status: false, generation: false, fields: &[]),
+];
+
+/// Looks up a resource by group, version and plural name.
+pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceInfo> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// Looks up a resource by its store key (`plural` or `group/plural`).
+pub fn by_store_key(store_key: &str) -> Option<&'static ResourceInfo> {
+    let (group, plural) = store_key.rsplit_once('/').unwrap_or(("", store_key));
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.plural == plural)
+}
+
+/// Values of the selectable fields of `object`, for the store to keep next to it.
+/// Deterministic: it only reads the object.
+pub fn selectable_fields(store_key: &str, object: &Value) -> Vec<(String, String)> {
+    let Some(info) = by_store_key(store_key) else {
+        return Vec::new();
+    };
+    info.selectable_fields
+        .iter()
+        .map(|field| {
+            let pointer = format!("/{}", field.replace('.', "/"));
+            let value = match object.pointer(&pointer) {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Bool(b)) => b.to_string(),
+                Some(Value::Number(n)) => n.to_string(),
+                // Kubernetes matches a missing string field as "" (and a missing bool as false).
+                _ if field.ends_with("unschedulable") || field.ends_with("hostNetwork") => {
+                    "false".to_string()
+                }
+                _ => String::new(),
+            };
+            (field.to_string(), value)
+        })
+        .collect()
+}

@@ -1,0 +1,592 @@
+//! The deterministic in-memory object store.
+//!
+//! `Store::apply` is a pure function of (state, Mutation): it checks the precondition, assigns
+//! the next resourceVersion (the counter of applied mutations; failed ones do not count),
+//! stores the object with `metadata.resourceVersion` filled in, updates the indexes and records
+//! the watch event. No clock, randomness or allocation of names/IPs happens here, so the same
+//! Mutations give the same state on every server and on every replay.
+//!
+//! Objects live in persistent maps (`imbl`), so `snapshot()` is O(1): lists, snapshot builders
+//! and checkpoints read a frozen view without holding the lock while new Mutations apply.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use imbl::{OrdMap, OrdSet};
+use parking_lot::RwLock;
+use serde_json::Value;
+use tokio::sync::{broadcast, watch};
+
+use super::mutation::{ApplyError, Mutation, Precondition};
+use super::object::{ObjectKey, ObjectRef, StoredObject};
+use super::resources;
+use super::watch::{EventKind, History, TooOld, WatchEvent};
+
+/// Sizes that bound the store's memory.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Events kept for watches that resume from an older resourceVersion.
+    pub history_window: usize,
+    /// Events a live watcher may fall behind before it is dropped.
+    pub live_buffer: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            history_window: 10_000,
+            live_buffer: 8_192,
+        }
+    }
+}
+
+/// (resource, label key, label value) → keys of objects carrying that label.
+type LabelIndex = OrdMap<(String, String, String), OrdSet<ObjectKey>>;
+
+/// A frozen, consistent view of every object at one resourceVersion.
+#[derive(Clone, Debug)]
+pub struct StoreSnapshot {
+    pub resource_version: u64,
+    objects: OrdMap<ObjectKey, ObjectRef>,
+    labels: LabelIndex,
+}
+
+impl StoreSnapshot {
+    pub fn get(&self, key: &ObjectKey) -> Option<&ObjectRef> {
+        self.objects.get(key)
+    }
+
+    /// Objects of `resource`, in `namespace` when given, ordered by (namespace, name), starting
+    /// after `after` when given (for paginated lists).
+    pub fn range<'a>(
+        &'a self,
+        resource: &str,
+        namespace: Option<&str>,
+        after: Option<&ObjectKey>,
+    ) -> impl Iterator<Item = &'a ObjectRef> + 'a {
+        let (lower, upper) = resource_bounds(resource, namespace);
+        let lower = match (after, &lower) {
+            (Some(key), Bound::Included(start)) if key >= start => Bound::Excluded(key.clone()),
+            _ => lower,
+        };
+        self.objects.range((lower, upper)).map(|(_, v)| v)
+    }
+
+    /// Objects of `resource` (in `namespace` when given) carrying label `key=value`, from the
+    /// label index.
+    pub fn with_label<'a>(
+        &'a self,
+        resource: &str,
+        namespace: Option<&'a str>,
+        key: &str,
+        value: &str,
+    ) -> Vec<&'a ObjectRef> {
+        let index_key = (resource.to_string(), key.to_string(), value.to_string());
+        match self.labels.get(&index_key) {
+            None => Vec::new(),
+            Some(keys) => keys
+                .iter()
+                .filter(|k| namespace.is_none_or(|ns| k.namespace == ns))
+                .filter_map(|k| self.objects.get(k))
+                .collect(),
+        }
+    }
+
+    /// Every object, in key order (for checkpoints and Raft snapshots).
+    pub fn iter(&self) -> impl Iterator<Item = &ObjectRef> {
+        self.objects.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+}
+
+fn resource_bounds(
+    resource: &str,
+    namespace: Option<&str>,
+) -> (Bound<ObjectKey>, Bound<ObjectKey>) {
+    match namespace {
+        Some(ns) => (
+            Bound::Included(ObjectKey::new(resource, ns, "")),
+            // Names are at most 253 ASCII characters, so this sorts after every real name.
+            Bound::Included(ObjectKey::new(resource, ns, "\u{10FFFF}")),
+        ),
+        None => (
+            Bound::Included(ObjectKey::new(resource, "", "")),
+            Bound::Excluded(ObjectKey::new(format!("{resource}\0"), "", "")),
+        ),
+    }
+}
+
+struct State {
+    resource_version: u64,
+    objects: OrdMap<ObjectKey, ObjectRef>,
+    labels: LabelIndex,
+    history: History,
+    live: broadcast::Sender<Arc<WatchEvent>>,
+}
+
+/// The store. Cheap to share behind an `Arc`; all methods take `&self`.
+pub struct Store {
+    state: RwLock<State>,
+    applied: watch::Sender<u64>,
+    config: StoreConfig,
+}
+
+/// A watch's starting point: the events after its resourceVersion, then the live channel.
+pub struct Subscription {
+    pub backlog: Vec<Arc<WatchEvent>>,
+    pub live: broadcast::Receiver<Arc<WatchEvent>>,
+    /// The store's resourceVersion when the subscription was taken.
+    pub resource_version: u64,
+}
+
+impl Store {
+    pub fn new(config: StoreConfig) -> Self {
+        let (live, _) = broadcast::channel(config.live_buffer.max(16));
+        let (applied, _) = watch::channel(0);
+        Store {
+            state: RwLock::new(State {
+                resource_version: 0,
+                objects: OrdMap::new(),
+                labels: OrdMap::new(),
+                history: History::new(config.history_window, 0),
+                live,
+            }),
+            applied,
+            config,
+        }
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// The resourceVersion of the last applied Mutation.
+    pub fn resource_version(&self) -> u64 {
+        self.state.read().resource_version
+    }
+
+    /// A frozen view of all objects; O(1).
+    pub fn snapshot(&self) -> StoreSnapshot {
+        let state = self.state.read();
+        StoreSnapshot {
+            resource_version: state.resource_version,
+            objects: state.objects.clone(),
+            labels: state.labels.clone(),
+        }
+    }
+
+    pub fn get(&self, key: &ObjectKey) -> Option<ObjectRef> {
+        self.state.read().objects.get(key).cloned()
+    }
+
+    /// Applies one Mutation. See the module documentation for the rules.
+    pub fn apply(&self, mutation: Mutation) -> Result<ObjectRef, ApplyError> {
+        let mut state = self.state.write();
+        let result = apply_locked(&mut state, mutation);
+        let rv = state.resource_version;
+        drop(state);
+        self.applied.send_replace(rv);
+        result
+    }
+
+    /// Applies Mutations in order under one lock acquisition; one result per Mutation.
+    pub fn apply_batch(
+        &self,
+        mutations: impl IntoIterator<Item = Mutation>,
+    ) -> Vec<Result<ObjectRef, ApplyError>> {
+        let mut state = self.state.write();
+        let results: Vec<_> = mutations
+            .into_iter()
+            .map(|m| apply_locked(&mut state, m))
+            .collect();
+        let rv = state.resource_version;
+        drop(state);
+        self.applied.send_replace(rv);
+        results
+    }
+
+    /// Replaces the whole state with `objects` at `resource_version` (loading a checkpoint or
+    /// installing a Raft snapshot). The history restarts empty, and current watchers are cut
+    /// off (their channel closes) so that their clients relist.
+    pub fn restore(&self, resource_version: u64, objects: impl IntoIterator<Item = StoredObject>) {
+        let mut map = OrdMap::new();
+        let mut labels = LabelIndex::new();
+        for object in objects {
+            index_labels(&mut labels, &object, true);
+            map.insert(object.key.clone(), Arc::new(object));
+        }
+        let (live, _) = broadcast::channel(self.config.live_buffer.max(16));
+        let mut state = self.state.write();
+        *state = State {
+            resource_version,
+            objects: map,
+            labels,
+            history: History::new(self.config.history_window, resource_version),
+            live,
+        };
+        drop(state);
+        self.applied.send_replace(resource_version);
+    }
+
+    /// Starts a watch after `resource_version` (events with a higher one follow).
+    pub fn subscribe(&self, resource_version: u64) -> Result<Subscription, TooOld> {
+        let state = self.state.read();
+        let backlog = state.history.since(resource_version)?;
+        Ok(Subscription {
+            backlog,
+            live: state.live.subscribe(),
+            resource_version: state.resource_version,
+        })
+    }
+
+    /// A live subscription starting now, with a consistent snapshot of the current state (for
+    /// watches that begin with synthetic ADDED events).
+    pub fn snapshot_and_subscribe(&self) -> (StoreSnapshot, broadcast::Receiver<Arc<WatchEvent>>) {
+        let state = self.state.read();
+        let snapshot = StoreSnapshot {
+            resource_version: state.resource_version,
+            objects: state.objects.clone(),
+            labels: state.labels.clone(),
+        };
+        (snapshot, state.live.subscribe())
+    }
+
+    /// The oldest resourceVersion a watch can resume from.
+    pub fn oldest_watchable(&self) -> u64 {
+        self.state.read().history.oldest_available()
+    }
+
+    /// Waits until the store has applied `resource_version`, for at most `timeout`. Returns
+    /// the store's version at the end (check it against the one asked for).
+    pub async fn wait_for(&self, resource_version: u64, timeout: Duration) -> u64 {
+        let mut rx = self.applied.subscribe();
+        let reached = tokio::time::timeout(timeout, async {
+            rx.wait_for(|rv| *rv >= resource_version).await.is_ok()
+        })
+        .await;
+        match reached {
+            Ok(true) => resource_version.max(self.resource_version()),
+            _ => self.resource_version(),
+        }
+    }
+
+    /// A receiver that sees every new resourceVersion (for readiness and benchmarks).
+    pub fn applied_versions(&self) -> watch::Receiver<u64> {
+        self.applied.subscribe()
+    }
+}
+
+fn apply_locked(state: &mut State, mutation: Mutation) -> Result<ObjectRef, ApplyError> {
+    let next_rv = state.resource_version + 1;
+    let (kind, stored, prev) = match mutation {
+        Mutation::Create { key, object } => {
+            if state.objects.contains_key(&key) {
+                return Err(ApplyError::AlreadyExists(key));
+            }
+            let stored = stamp(key, object, next_rv)?;
+            (EventKind::Added, stored, None)
+        }
+        Mutation::Update {
+            key,
+            object,
+            precondition,
+        } => {
+            let current = existing(state, &key, &precondition)?;
+            let stored = stamp(key, object, next_rv)?;
+            (EventKind::Modified, stored, Some(current))
+        }
+        Mutation::Delete { key, precondition } => {
+            let current = existing(state, &key, &precondition)?;
+            let stored = stamp(key, current.value(), next_rv)?;
+            (EventKind::Deleted, stored, Some(current))
+        }
+    };
+    let stored = Arc::new(stored);
+    if let Some(prev) = &prev {
+        index_labels(&mut state.labels, prev, false);
+    }
+    match kind {
+        EventKind::Deleted => {
+            state.objects.remove(&stored.key);
+        }
+        EventKind::Added | EventKind::Modified => {
+            index_labels(&mut state.labels, &stored, true);
+            state.objects.insert(stored.key.clone(), stored.clone());
+        }
+    }
+    state.resource_version = next_rv;
+    let event = Arc::new(WatchEvent {
+        kind,
+        object: stored.clone(),
+        prev,
+    });
+    state.history.push(event.clone());
+    // No receivers is fine: nobody is watching.
+    let _ = state.live.send(event);
+    Ok(stored)
+}
+
+fn existing(
+    state: &State,
+    key: &ObjectKey,
+    precondition: &Precondition,
+) -> Result<ObjectRef, ApplyError> {
+    let current = state
+        .objects
+        .get(key)
+        .cloned()
+        .ok_or_else(|| ApplyError::NotFound(key.clone()))?;
+    let rv_ok = precondition
+        .resource_version
+        .is_none_or(|rv| rv == current.resource_version);
+    let uid_ok = precondition
+        .uid
+        .as_ref()
+        .is_none_or(|uid| *uid == current.uid);
+    if rv_ok && uid_ok {
+        Ok(current)
+    } else {
+        Err(ApplyError::Conflict {
+            key: key.clone(),
+            current: current.resource_version,
+        })
+    }
+}
+
+/// Builds the stored form of `object` at `resource_version`.
+fn stamp(
+    key: ObjectKey,
+    mut object: Value,
+    resource_version: u64,
+) -> Result<StoredObject, ApplyError> {
+    let invalid = |reason: &str| ApplyError::Invalid {
+        key: key.clone(),
+        reason: reason.to_string(),
+    };
+    let metadata = object
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| invalid("object has no metadata"))?;
+    metadata.insert(
+        "resourceVersion".to_string(),
+        Value::String(resource_version.to_string()),
+    );
+    let uid = metadata
+        .get("uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let labels: BTreeMap<String, String> = metadata
+        .get("labels")
+        .and_then(Value::as_object)
+        .map(|labels| {
+            labels
+                .iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let fields = resources::selectable_fields(&key.resource, &object);
+    let json = serde_json::to_vec(&object).map_err(|e| invalid(&e.to_string()))?;
+    Ok(StoredObject {
+        key,
+        resource_version,
+        uid,
+        labels,
+        fields,
+        json: Bytes::from(json),
+    })
+}
+
+fn index_labels(index: &mut LabelIndex, object: &StoredObject, insert: bool) {
+    for (label, value) in &object.labels {
+        let index_key = (object.key.resource.clone(), label.clone(), value.clone());
+        if insert {
+            index
+                .entry(index_key)
+                .or_default()
+                .insert(object.key.clone());
+        } else if let Some(keys) = index.get_mut(&index_key) {
+            keys.remove(&object.key);
+            if keys.is_empty() {
+                index.remove(&index_key);
+            }
+        }
+    }
+}
+
+/// Rebuilds a `StoredObject` from its JSON (objects read back from a checkpoint or snapshot).
+pub fn stored_from_json(key: ObjectKey, json: &[u8]) -> Result<StoredObject, ApplyError> {
+    let value: Value = serde_json::from_slice(json).map_err(|e| ApplyError::Invalid {
+        key: key.clone(),
+        reason: e.to_string(),
+    })?;
+    let rv = value
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| ApplyError::Invalid {
+            key: key.clone(),
+            reason: "stored object has no numeric metadata.resourceVersion".into(),
+        })?;
+    stamp(key, value, rv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cm(name: &str, labels: Value) -> Value {
+        json!({"apiVersion":"v1","kind":"ConfigMap",
+               "metadata":{"name":name,"namespace":"default","uid":format!("uid-{name}"),"labels":labels},
+               "data":{"k":"v"}})
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new("configmaps", "default", name)
+    }
+
+    #[test]
+    fn versions_count_only_applied_mutations() {
+        let store = Store::new(StoreConfig::default());
+        let a = store
+            .apply(Mutation::Create {
+                key: key("a"),
+                object: cm("a", json!({})),
+            })
+            .unwrap();
+        assert_eq!(a.resource_version, 1);
+        let dup = store.apply(Mutation::Create {
+            key: key("a"),
+            object: cm("a", json!({})),
+        });
+        assert!(matches!(dup, Err(ApplyError::AlreadyExists(_))));
+        let stale = store.apply(Mutation::Update {
+            key: key("a"),
+            object: cm("a", json!({})),
+            precondition: Precondition::at(7),
+        });
+        assert_eq!(
+            stale,
+            Err(ApplyError::Conflict {
+                key: key("a"),
+                current: 1
+            })
+        );
+        let b = store
+            .apply(Mutation::Update {
+                key: key("a"),
+                object: cm("a", json!({"x":"y"})),
+                precondition: Precondition::at(1),
+            })
+            .unwrap();
+        assert_eq!(b.resource_version, 2);
+        assert_eq!(store.resource_version(), 2);
+        assert_eq!(b.value()["metadata"]["resourceVersion"], "2");
+    }
+
+    #[test]
+    fn same_mutations_give_identical_state() {
+        let run = || {
+            let store = Store::new(StoreConfig::default());
+            for i in 0..50 {
+                let name = format!("o{}", i % 7);
+                let _ = store.apply(Mutation::Create {
+                    key: key(&name),
+                    object: cm(&name, json!({"i": i.to_string()})),
+                });
+                if i % 3 == 0 {
+                    let _ = store.apply(Mutation::Delete {
+                        key: key(&name),
+                        precondition: Precondition::none(),
+                    });
+                }
+            }
+            store
+                .snapshot()
+                .iter()
+                .map(|o| (o.key.clone(), o.json.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(), run());
+    }
+
+    #[test]
+    fn label_index_and_ranges() {
+        let store = Store::new(StoreConfig::default());
+        for (name, app) in [("a", "x"), ("b", "y"), ("c", "x")] {
+            store
+                .apply(Mutation::Create {
+                    key: key(name),
+                    object: cm(name, json!({"app": app})),
+                })
+                .unwrap();
+        }
+        store
+            .apply(Mutation::Create {
+                key: ObjectKey::new("configmaps", "other", "d"),
+                object: json!({"metadata":{"name":"d","namespace":"other","labels":{"app":"x"}}}),
+            })
+            .unwrap();
+        let snap = store.snapshot();
+        assert_eq!(snap.with_label("configmaps", None, "app", "x").len(), 3);
+        assert_eq!(
+            snap.with_label("configmaps", Some("default"), "app", "x")
+                .len(),
+            2
+        );
+        assert_eq!(snap.range("configmaps", Some("default"), None).count(), 3);
+        assert_eq!(snap.range("configmaps", None, None).count(), 4);
+        assert_eq!(
+            snap.range("configmaps", Some("default"), Some(&key("a")))
+                .count(),
+            2
+        );
+        store
+            .apply(Mutation::Update {
+                key: key("a"),
+                object: cm("a", json!({"app": "z"})),
+                precondition: Precondition::none(),
+            })
+            .unwrap();
+        assert_eq!(
+            store
+                .snapshot()
+                .with_label("configmaps", None, "app", "x")
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn history_window_expires_old_versions() {
+        let store = Store::new(StoreConfig {
+            history_window: 5,
+            live_buffer: 16,
+        });
+        for i in 0..10 {
+            let name = format!("o{i}");
+            store
+                .apply(Mutation::Create {
+                    key: key(&name),
+                    object: cm(&name, json!({})),
+                })
+                .unwrap();
+        }
+        assert!(store.subscribe(4).is_err());
+        let sub = store.subscribe(5).unwrap();
+        let versions: Vec<u64> = sub.backlog.iter().map(|e| e.resource_version()).collect();
+        assert_eq!(versions, vec![6, 7, 8, 9, 10]);
+    }
+}

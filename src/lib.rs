@@ -1,0 +1,19 @@
+//! litek8s: a small, systemd-native Kubernetes distribution.
+//!
+//! # Layout
+//! - [`cli`]: the `litek8s` command and its flags, resolved into settings.
+//! - [`kube`]: the object model and the deterministic store that every write goes through
+//!   (Mutation → Writer → store.apply), `objects.wal`, the resource registry, selectors.
+//! - [`api`]: HTTP handlers for the Kubernetes API (discovery, CRUD, watch, tables, errors).
+//! - [`server`]: assembles an API server process (TLS, certificates, tokens, listeners).
+//! - [`raft`]: the Raft log engine and (later) replication for HA clusters.
+//! - [`storage`]: the CRC-framed record format and durable-file helpers shared by all files.
+//! - [`systemd`]: sd_notify, socket activation and journald.
+
+pub mod api;
+pub mod cli;
+pub mod kube;
+pub mod raft;
+pub mod server;
+pub mod storage;
+pub mod systemd;

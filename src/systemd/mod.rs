@@ -1,0 +1,1 @@
+//! systemd integration: sd_notify readiness and status, socket activation, journald logging.
