@@ -9,10 +9,12 @@
 //! - `wal`: `objects.wal`, the single-server write-ahead log with group commit.
 //! - `resources`: the registry of kinds (names, scope, verbs, columns, selectable fields).
 //! - `selectors`: label and field selectors.
+//! - `patch`: JSON, merge and strategic merge patches.
 
 pub mod checkpoint;
 pub mod mutation;
 pub mod object;
+pub mod patch;
 pub mod resources;
 pub mod selectors;
 pub mod store;
