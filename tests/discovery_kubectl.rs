@@ -113,9 +113,35 @@ async fn handle(ctx: Arc<ApiContext>, log: Log, req: Request<Incoming>) -> Respo
     } else if req.method() == http::Method::GET {
         list(&path, &accept).unwrap_or_else(not_found)
     } else if req.method() == http::Method::POST {
-        // Echo the object back as created; the log keeps the query for the assertions.
-        let body = req.into_body().collect().await.map(|b| b.to_bytes());
-        response::json(StatusCode::CREATED, body.unwrap_or_default())
+        // Strict field validation as the real router does it, else echo the object back as
+        // created; the log keeps the query for the assertions.
+        let strict = query.contains("fieldValidation=Strict");
+        let body = req
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let object: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let (group, version) = match object["apiVersion"].as_str().unwrap_or("").split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (
+                String::new(),
+                object["apiVersion"].as_str().unwrap_or("").to_string(),
+            ),
+        };
+        let kind = object["kind"].as_str().unwrap_or("");
+        let unknown = openapi::unknown_fields(&group, &version, kind, &object).unwrap_or_default();
+        if strict && !unknown.is_empty() {
+            response::json_value(
+                StatusCode::BAD_REQUEST,
+                &json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+                        "message": openapi::strict_decoding_message(kind, &version, &unknown),
+                        "reason":"BadRequest","code":400}),
+            )
+        } else {
+            response::json(StatusCode::CREATED, body)
+        }
     } else {
         not_found()
     };
@@ -196,6 +222,26 @@ impl Kubectl {
             self.binary.display()
         );
         stdout
+    }
+
+    /// Runs kubectl expecting failure; returns stderr.
+    async fn run_fail(&self, args: &[&str], file: &Path) -> String {
+        let out = tokio::process::Command::new(&self.binary)
+            .args(["--server", &self.server])
+            .args(args)
+            .arg("-f")
+            .arg(file)
+            .env("HOME", self.home.path())
+            .env("KUBECONFIG", self.home.path().join("no-kubeconfig"))
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            !out.status.success(),
+            "{} {args:?} succeeded",
+            self.binary.display()
+        );
+        String::from_utf8_lossy(&out.stderr).to_string()
     }
 }
 
@@ -364,25 +410,47 @@ async fn check_kubectl(binary: PathBuf, version: &str, aggregated: &str) {
         out.contains("pod/p2 created"),
         "kubectl {version} create: {out}"
     );
-    let log = log.lock().unwrap();
-    let posts: Vec<&String> = log
-        .iter()
-        .map(|(p, _, _)| p)
-        .filter(|p| p.contains("fieldManager=kubectl-create"))
-        .collect();
-    assert_eq!(posts.len(), 3, "{log:?}");
-    for post in posts {
-        assert!(post.contains("fieldValidation=Strict"), "{post}");
+    {
+        let seen = log.lock().unwrap();
+        let posts: Vec<&String> = seen
+            .iter()
+            .map(|(p, _, _)| p)
+            .filter(|p| p.contains("fieldManager=kubectl-create"))
+            .collect();
+        assert_eq!(posts.len(), 3, "{seen:?}");
+        for post in posts {
+            assert!(post.contains("fieldValidation=Strict"), "{post}");
+        }
     }
+
+    // An unknown field is rejected the way kube-apiserver rejects it.
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p3\n  namespace: default\n\
+         spec:\n  containers:\n  - name: a\n    image: busybox\n    imagePullPolcy: Always\n",
+    )
+    .unwrap();
+    let err = kubectl.run_fail(&["create"], &bad).await;
+    assert!(
+        err.contains("Error from server (BadRequest): error when creating \"",)
+            && err.contains(
+                "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: \
+             unknown field \"spec.containers[0].imagePullPolcy\""
+            ),
+        "kubectl {version}: {err}"
+    );
+
     // Each version read the OpenAPI document it validates with.
+    let seen = log.lock().unwrap();
     let openapi = if version == "1.27" {
         "/openapi/v2"
     } else {
         "/openapi/v3/api/v1"
     };
     assert!(
-        log.iter().any(|(p, _, _)| without_query(p) == openapi),
-        "kubectl {version} never fetched {openapi}: {log:?}"
+        seen.iter().any(|(p, _, _)| without_query(p) == openapi),
+        "kubectl {version} never fetched {openapi}: {seen:?}"
     );
 }
 

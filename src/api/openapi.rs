@@ -146,6 +146,21 @@ pub fn unknown_fields(
     Some(out)
 }
 
+/// kube-apiserver's message for a `fieldValidation=Strict` request carrying unknown fields
+/// (sent as a 400 BadRequest Status), e.g. `Pod in version "v1" cannot be handled as a Pod:
+/// strict decoding error: unknown field "spec.foo"`. With `Warn`, each `unknown field "…"` is
+/// a `Warning` header instead.
+pub fn strict_decoding_message(kind: &str, version: &str, unknown: &[String]) -> String {
+    let fields: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    format!(
+        "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+        fields.join(", ")
+    )
+}
+
 /// Follows `$ref` (directly or as the single `allOf` entry kube-style schemas use).
 fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
     let reference = schema

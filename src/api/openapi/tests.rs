@@ -113,3 +113,12 @@ fn unknown_fields_are_found() {
     );
     assert!(unknown_fields("example.com", "v1", "Widget", &lease).is_none());
 }
+
+#[test]
+fn strict_message_matches_kube_apiserver() {
+    assert_eq!(
+        strict_decoding_message("Pod", "v1", &["spec.foo".into(), "bar".into()]),
+        "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: \
+         unknown field \"spec.foo\", unknown field \"bar\""
+    );
+}
