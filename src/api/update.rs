@@ -119,9 +119,16 @@ pub async fn replace(
         new["metadata"]["resourceVersion"] = Value::String(current.resource_version.to_string());
         return Ok(Written::DryRun(new));
     }
-    // Namespaces finish deleting through their purge task (spec.finalizers), not here.
+    // Upstream `shouldDeleteDuringUpdate`: deleting, no finalizers left and no grace period
+    // running (a pod in graceful deletion waits for its node's final DELETE). Namespaces
+    // finish through their purge task (spec.finalizers), not here.
     let finalized = meta::is_deleting(&new)
         && meta::finalizers(&new).is_empty()
+        && new
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            == 0
         && !(info.group.is_empty() && info.plural == "namespaces");
     let result = req
         .ctx
