@@ -48,6 +48,9 @@ pub fn prepare<'a>(
     if lease::is_lease(info) {
         lease::prepare(info, name, object)?;
     }
+    if info.plural == "events" {
+        normalize_event_times(object);
+    }
     if is(info, "namespaces") {
         metadata_mut(object)
             .entry("labels")
@@ -78,6 +81,20 @@ pub fn prepare<'a>(
         return prepare_service(ctx, info, name, old, object);
     }
     Ok(None)
+}
+
+/// Event MicroTime fields, re-emitted with six fractional digits: clients parse them with a
+/// fixed layout.
+fn normalize_event_times(object: &mut Value) {
+    for pointer in ["/eventTime", "/series/lastObservedTime"] {
+        let parsed = object
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .and_then(lease::parse_time);
+        if let (Some(t), Some(slot)) = (parsed, object.pointer_mut(pointer)) {
+            *slot = json!(lease::format_micro(t));
+        }
+    }
 }
 
 fn object_mut<'v>(object: &'v mut Value, field: &str) -> &'v mut Map<String, Value> {
@@ -223,6 +240,17 @@ fn prepare_service<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_micro_times() {
+        let mut ev = json!({"eventTime":"2024-01-01T00:00:00+00:00","series":{"lastObservedTime":"2024-01-01T00:00:01.5Z"}});
+        normalize_event_times(&mut ev);
+        assert_eq!(ev["eventTime"], "2024-01-01T00:00:00.000000Z");
+        assert_eq!(
+            ev["series"]["lastObservedTime"],
+            "2024-01-01T00:00:01.500000Z"
+        );
+    }
 
     #[test]
     fn string_data_merges_into_data() {

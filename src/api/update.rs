@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::create::{self, Written};
 use super::meta;
 use super::request::ApiRequest;
-use super::status::ApiError;
+use super::status::{ApiError, Gr};
 use super::{body, kinds, lease, validation, ApiBody};
 use crate::kube::mutation::{ApplyError, Mutation, Precondition};
 use crate::kube::object::ObjectRef;
@@ -57,6 +57,18 @@ pub async fn put(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
         }
         if client_rv.is_some_and(|rv| rv != current.resource_version) {
             return Err(ApiError::conflict_modified(info, &name));
+        }
+        if let Some(uid) = meta::str_at(&object, "/metadata/uid").filter(|u| !u.is_empty()) {
+            if uid != current.uid {
+                return Err(ApiError::Conflict {
+                    gr: Gr::of(info),
+                    name: name.clone(),
+                    detail: format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        current.uid
+                    ),
+                });
+            }
         }
         match replace(req, &current, object.clone(), status_only).await {
             Err(e) if is_conflict(&e) && client_rv.is_none() => continue,
