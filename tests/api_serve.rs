@@ -908,7 +908,7 @@ async fn watch_events_and_transitions() {
         "true"
     );
 
-    let (_, mut timed) = open_watch(&h, &format!("{CMS}?watch=1&timeoutSeconds=0")).await;
+    let (_, mut timed) = open_watch(&h, &format!("{CMS}?watch=1&timeoutSeconds=1")).await;
     let lines = read_lines(&mut timed, 10).await;
     assert_eq!(lines.len(), 1, "one ADDED, then the stream ends");
 }

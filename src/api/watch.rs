@@ -96,7 +96,6 @@ fn classify<'e>(filter: &Filter, event: &'e WatchEvent) -> Option<(&'static str,
         (EventKind::Modified, false, true) => Some(("ADDED", &event.object)),
         (EventKind::Modified, true, false) => Some(("DELETED", &event.object)),
         (EventKind::Deleted, true, _) => Some(("DELETED", &event.object)),
-        (EventKind::Deleted, false, true) if before.is_none() => Some(("DELETED", &event.object)),
         _ => None,
     }
 }
@@ -196,9 +195,11 @@ pub async fn watch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
         form: req.form,
         include: req.query.include()?,
     };
+    // Like upstream, 0 means "the server's default", a random 30–60 minutes so that watches
+    // reconnect spread out over time.
     let timeout = match q.timeout_seconds {
-        Some(s) => Duration::from_secs(s),
-        None => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
+        Some(s) if s > 0 => Duration::from_secs(s),
+        _ => Duration::from_secs(1800 + rand::random::<u64>() % 1800),
     };
     let options = StreamOptions {
         bookmarks: q.allow_watch_bookmarks,
@@ -300,5 +301,62 @@ async fn run(
                 Err(broadcast::error::RecvError::Closed) => return,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::object::{ObjectKey, StoredObject};
+    use crate::kube::selectors::{FieldSelector, LabelSelector};
+
+    fn obj(app: &str) -> ObjectRef {
+        Arc::new(StoredObject {
+            key: ObjectKey::new("configmaps", "default", "a"),
+            resource_version: 1,
+            uid: String::new(),
+            labels: [("app".to_string(), app.to_string())].into(),
+            fields: vec![],
+            json: Bytes::new(),
+        })
+    }
+
+    #[test]
+    fn selector_transitions() {
+        let filter = Filter {
+            resource: "configmaps".into(),
+            namespace: Some("default".into()),
+            labels: LabelSelector::parse("app=web").unwrap(),
+            fields: FieldSelector::default(),
+        };
+        let event = |kind, prev: Option<&str>, now: &str| WatchEvent {
+            kind,
+            object: obj(now),
+            prev: prev.map(obj),
+        };
+        let kind_of = |e: &WatchEvent| classify(&filter, e).map(|(k, _)| k);
+        assert_eq!(
+            kind_of(&event(EventKind::Added, None, "web")),
+            Some("ADDED")
+        );
+        assert_eq!(kind_of(&event(EventKind::Added, None, "db")), None);
+        assert_eq!(
+            kind_of(&event(EventKind::Modified, Some("web"), "web")),
+            Some("MODIFIED")
+        );
+        assert_eq!(
+            kind_of(&event(EventKind::Modified, Some("db"), "web")),
+            Some("ADDED")
+        );
+        assert_eq!(
+            kind_of(&event(EventKind::Modified, Some("web"), "db")),
+            Some("DELETED")
+        );
+        assert_eq!(kind_of(&event(EventKind::Modified, Some("db"), "db")), None);
+        assert_eq!(
+            kind_of(&event(EventKind::Deleted, Some("web"), "web")),
+            Some("DELETED")
+        );
+        assert_eq!(kind_of(&event(EventKind::Deleted, Some("db"), "db")), None);
     }
 }
