@@ -941,3 +941,32 @@ async fn watch_from_expired_version_gets_error_event() {
         .unwrap()
         .starts_with("too old resource version: 1 ("));
 }
+
+#[tokio::test]
+async fn lagging_watcher_gets_error_and_close() {
+    let h = harness_with(StoreConfig {
+        history_window: 1000,
+        live_buffer: 16,
+    });
+    h.call(
+        Method::POST,
+        "/api/v1/namespaces",
+        Some(json!({"metadata":{"name":"default"}})),
+    )
+    .await;
+    let (_, mut body) = open_watch(&h, &format!("{CMS}?watch=1&resourceVersion=1")).await;
+    // Nobody reads while 200 events happen: more than the stream buffer plus the live buffer.
+    for i in 0..200 {
+        h.call(Method::POST, CMS, Some(cm(&format!("c{i}"), json!({}))))
+            .await;
+    }
+    let lines = read_lines(&mut body, 1000).await;
+    assert!(
+        lines.len() < 200,
+        "the stream was cut short ({} lines)",
+        lines.len()
+    );
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "ERROR");
+    assert_eq!(last["object"]["code"], 410);
+}

@@ -25,6 +25,8 @@ use crate::kube::watch::{EventKind, WatchEvent};
 
 /// Frames buffered between the event task and the connection.
 const STREAM_BUFFER: usize = 64;
+/// How long a watcher that fell behind gets to take its final ERROR event.
+const LAGGED_ERROR_WAIT: Duration = Duration::from_secs(10);
 /// How often a watch that allows bookmarks gets one.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(10);
 
@@ -295,7 +297,9 @@ async fn run(
                     let error = ApiError::Expired(format!(
                         "too old resource version: {last_rv}: the watcher fell too far behind"
                     ));
-                    send(&tx, Renderer::value_line("ERROR", &error.status())).await;
+                    // A client this far behind may not be reading at all: wait only briefly.
+                    let line = Renderer::value_line("ERROR", &error.status());
+                    let _ = tokio::time::timeout(LAGGED_ERROR_WAIT, send(&tx, line)).await;
                     return;
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
