@@ -12,6 +12,12 @@
 //!   is zeroed, synced, and logged with its offset. If a valid record does follow, data in the
 //!   middle of the log is damaged and the server refuses to start, naming file and offset.
 //! - A leftover `objects.wal.tmp` is an unfinished checkpoint and is deleted.
+//!
+//! A process crash (SIGKILL, panic) leaves a written prefix of the last batch, which the rule
+//! above repairs. A power loss can, on some devices, persist a later sector of the last,
+//! never-acknowledged batch without an earlier one; that looks like damage in the middle and
+//! refuses to start rather than guess (the error names the offset; the records after it were
+//! never acknowledged if it is within the last batch, which an operator can confirm).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
