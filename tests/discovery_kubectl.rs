@@ -161,18 +161,16 @@ async fn handle(ctx: Arc<ApiContext>, log: Log, req: Request<Incoming>) -> Respo
 }
 
 async fn start_server(log: Log) -> SocketAddr {
-    let ctx = Arc::new(ApiContext {
-        store: Arc::new(Store::new(StoreConfig::default())),
-        writer: Arc::new(NoWriter),
-        settings: ApiSettings {
+    let ctx = Arc::new(ApiContext::new(
+        Arc::new(Store::new(StoreConfig::default())),
+        Arc::new(NoWriter),
+        ApiSettings {
             server_name: "test".into(),
             node_ips: vec!["127.0.0.1".parse().unwrap()],
             api_port: 6443,
             service_cidr: "10.96.0.0/12".into(),
         },
-        started_at: std::time::SystemTime::now(),
-        ready: Default::default(),
-    });
+    ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

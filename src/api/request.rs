@@ -148,6 +148,8 @@ pub struct Query {
     pub propagation_policy: Option<String>,
     pub grace_period_seconds: Option<i64>,
     pub verbose: bool,
+    /// `fieldValidation`: Strict rejects unknown fields with 400; Warn and Ignore accept them.
+    pub field_validation: Option<String>,
 }
 
 fn parse_bool(name: &str, value: &str) -> Result<bool, ApiError> {
@@ -212,6 +214,16 @@ impl Query {
                 "propagationPolicy" => q.propagation_policy = Some(v),
                 "gracePeriodSeconds" => q.grace_period_seconds = Some(parse_num(&k, &v)?),
                 "verbose" => q.verbose = parse_bool(&k, &v).unwrap_or(true),
+                "fieldValidation" => match v.as_str() {
+                    "" | "Ignore" | "Warn" | "Strict" => {
+                        q.field_validation = Some(v).filter(|v| !v.is_empty())
+                    }
+                    other => {
+                        return Err(ApiError::BadRequest(format!(
+                            "fieldValidation must be one of Ignore, Warn or Strict, not {other:?}"
+                        )))
+                    }
+                },
                 _ => {}
             }
         }

@@ -17,18 +17,16 @@ impl Writer for NoWriter {
 }
 
 fn ctx() -> ApiContext {
-    ApiContext {
-        store: Arc::new(Store::new(StoreConfig::default())),
-        writer: Arc::new(NoWriter),
-        settings: ApiSettings {
+    ApiContext::new(
+        Arc::new(Store::new(StoreConfig::default())),
+        Arc::new(NoWriter),
+        ApiSettings {
             server_name: "test".into(),
             node_ips: vec!["10.0.0.5".parse().unwrap()],
             api_port: 6443,
             service_cidr: "10.96.0.0/12".into(),
         },
-        started_at: std::time::SystemTime::now(),
-        ready: Default::default(),
-    }
+    )
 }
 
 fn get(path: &str, accept: &str) -> (StatusCode, String, Value) {
