@@ -20,9 +20,33 @@ pub async fn serve(
 
 /// Serves the anonymous endpoints (/readyz, /livez, /healthz, /version); `None` for any other
 /// path, which the transport answers with 401 (HTTPS) or 404/400 (plain HTTP).
+///
+/// PLACEHOLDER (transport branch): just enough for the transport's tests; the API work
+/// replaces this body.
 pub async fn serve_anonymous(
-    _ctx: Arc<ApiContext>,
-    _req: &Request<Incoming>,
+    ctx: Arc<ApiContext>,
+    req: &Request<Incoming>,
 ) -> Option<Response<ApiBody>> {
-    None
+    let text = |status, body: &'static str| {
+        Some(response::with_type(
+            status,
+            "text/plain; charset=utf-8",
+            body,
+        ))
+    };
+    match req.uri().path() {
+        "/readyz" if ctx.ready.load(std::sync::atomic::Ordering::SeqCst) => {
+            text(StatusCode::OK, "ok")
+        }
+        "/readyz" => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "[-]ready failed: not ready",
+        ),
+        "/livez" | "/healthz" => text(StatusCode::OK, "ok"),
+        "/version" => Some(response::json(
+            StatusCode::OK,
+            r#"{"major":"1","minor":"33","gitVersion":"v1.33.0-litek8s"}"#,
+        )),
+        _ => None,
+    }
 }

@@ -1,0 +1,107 @@
+//! This server's identity Lease, `kube-system/litek8s-apiserver-<name>`: created at start and
+//! renewed every 10 s so `kubectl get leases -A` shows which API servers are alive (and, in
+//! HA, so the leader can publish the live ones as the `kubernetes` endpoints).
+
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::meta;
+use crate::api::ApiContext;
+use crate::kube::mutation::{Mutation, Precondition};
+use crate::kube::object::ObjectKey;
+use crate::kube::writer::WriteError;
+
+/// How often the Lease is renewed (upstream apiserver identity leases use 10 s too).
+pub const RENEW_INTERVAL: Duration = Duration::from_secs(10);
+/// How long the Lease stays valid without renewal (upstream uses 3600 s).
+pub const LEASE_DURATION_SECONDS: u64 = 3600;
+/// Label upstream puts on apiserver identity leases; the value names the implementation.
+pub const IDENTITY_LABEL: &str = "apiserver.kubernetes.io/identity";
+
+/// The key of the Lease of server `name`.
+pub fn lease_key(name: &str) -> ObjectKey {
+    ObjectKey::new(
+        "coordination.k8s.io/leases",
+        "kube-system",
+        format!("litek8s-apiserver-{name}"),
+    )
+}
+
+/// Creates the Lease, or renews it if it exists.
+pub async fn renew(ctx: &ApiContext, hostname: &str) -> Result<(), WriteError> {
+    let name = &ctx.settings.server_name;
+    let key = lease_key(name);
+    let now = meta::micro_time(Utc::now());
+    let mutation = match ctx.store.get(&key) {
+        None => {
+            let object = json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "labels": {
+                        IDENTITY_LABEL: "litek8s-apiserver",
+                        "kubernetes.io/hostname": hostname,
+                    },
+                },
+                "spec": {
+                    "holderIdentity": name,
+                    "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+                    "acquireTime": now,
+                    "renewTime": now,
+                },
+            });
+            Mutation::Create {
+                object: meta::with_new_metadata(object, &key),
+                key,
+            }
+        }
+        Some(current) => {
+            let mut object = current.value();
+            if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.insert("holderIdentity".into(), json!(name));
+                spec.insert("leaseDurationSeconds".into(), json!(LEASE_DURATION_SECONDS));
+                spec.insert("renewTime".into(), json!(now));
+            } else if let Some(obj) = object.as_object_mut() {
+                // Someone replaced the spec with something unusable: restore ours.
+                obj.insert(
+                    "spec".into(),
+                    json!({
+                        "holderIdentity": name,
+                        "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+                        "acquireTime": now,
+                        "renewTime": now,
+                    }),
+                );
+            }
+            Mutation::Update {
+                key,
+                object,
+                precondition: Precondition::at(current.resource_version),
+            }
+        }
+    };
+    ctx.writer.write(mutation).await.map(|_| ())
+}
+
+/// Renews the Lease every `RENEW_INTERVAL` until `shutdown`. A failed renewal (a conflict
+/// with a concurrent writer, storage trouble) is logged and retried on the next tick.
+pub async fn renew_loop(
+    ctx: std::sync::Arc<ApiContext>,
+    hostname: String,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(RENEW_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = renew(&ctx, &hostname).await {
+            tracing::warn!(error = %e, "renewing the apiserver lease failed");
+        }
+    }
+}
