@@ -8,18 +8,21 @@ use clap::Args;
 
 use crate::server::settings::{first_service_ip, ServerSettings};
 
+/// The long help of `litek8s apiserver --help`.
+pub const LONG_ABOUT: &str =
+    "Run the Kubernetes API server (single server; HA cluster in a later release).
+
+On first start the data directory is created (mode 0700) with a cluster CA, a serving \
+certificate, an admin token and objects.wal, and an admin kubeconfig is written; later starts \
+reuse them. The API port speaks HTTPS; plain HTTP on the same port answers only /readyz, \
+/livez, /healthz and /version. SIGTERM or SIGINT stops it gracefully.
+
+Example:
+  litek8s apiserver --data-dir /var/lib/litek8s/apiserver --listen 0.0.0.0:6443 --node-ip 192.0.2.10
+  kubectl --kubeconfig /var/lib/litek8s/apiserver/kubeconfig.yaml get ns";
+
 /// Flags of `litek8s apiserver`.
 #[derive(Debug, Args)]
-#[command(
-    about = "Run the Kubernetes API server (single server; HA cluster in a later release)",
-    long_about = "Run the Kubernetes API server.\n\n\
-        On first start the data directory is created (mode 0700) with a cluster CA, a serving \
-        certificate, an admin token and objects.wal, and an admin kubeconfig is written. \
-        The API port speaks HTTPS; plain HTTP on the same port answers only /readyz, /livez, \
-        /healthz and /version.\n\n\
-        Example:\n  litek8s apiserver --data-dir /var/lib/litek8s/apiserver --listen 0.0.0.0:6443 \
-        --node-ip 192.0.2.10\n  kubectl --kubeconfig /var/lib/litek8s/apiserver/kubeconfig.yaml get ns"
-)]
 pub struct ApiserverArgs {
     /// Directory holding objects.wal, certificates and the admin token.
     #[arg(long, value_name = "DIR", default_value = "./litek8s-data")]

@@ -30,6 +30,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the Kubernetes API server (single server; HA cluster in a later release).
+    #[command(long_about = apiserver::LONG_ABOUT)]
     Apiserver(apiserver::ApiserverArgs),
 }
 

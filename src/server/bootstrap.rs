@@ -213,8 +213,109 @@ fn kubernetes_endpoint_slice(node_ips: &[IpAddr], api_port: u16) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::api::ApiSettings;
+    use crate::kube::store::{Store, StoreConfig};
+    use crate::kube::wal::{WalConfig, WalWriter};
+    use std::sync::Arc;
+
+    /// An ApiContext over a fresh store and WAL in `dir`.
+    pub(crate) fn test_ctx(dir: &std::path::Path, api_port: u16) -> ApiContext {
+        let store = Arc::new(Store::new(StoreConfig::default()));
+        let (writer, _) = WalWriter::open(dir, store.clone(), WalConfig::default()).unwrap();
+        ApiContext {
+            store,
+            writer: Arc::new(writer),
+            settings: ApiSettings {
+                server_name: "s1".into(),
+                node_ips: vec!["127.0.0.1".parse().unwrap()],
+                api_port,
+                service_cidr: "10.43.0.0/16".into(),
+            },
+            started_at: std::time::SystemTime::now(),
+            ready: false.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn creates_objects_once_and_repairs_drift() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = test_ctx(dir.path(), 6443);
+        ensure_all(&ctx).await.unwrap();
+        let rv = ctx.store.resource_version();
+        assert_eq!(rv, 7);
+        ensure_all(&ctx).await.unwrap();
+        assert_eq!(
+            ctx.store.resource_version(),
+            rv,
+            "second run must not write"
+        );
+
+        let ns = ctx
+            .store
+            .get(&ObjectKey::new("namespaces", "", "kube-system"))
+            .unwrap()
+            .value();
+        assert_eq!(
+            ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
+            "kube-system"
+        );
+        assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
+        assert_eq!(ns["status"]["phase"], "Active");
+        let uid = ns["metadata"]["uid"].as_str().unwrap();
+        assert_eq!(uuid::Uuid::parse_str(uid).unwrap().get_version_num(), 4);
+        let created = ns["metadata"]["creationTimestamp"].as_str().unwrap();
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(created).is_ok()
+                && created.ends_with('Z')
+                && created.len() == 20,
+            "{created}"
+        );
+
+        let svc_key = ObjectKey::new("services", "default", "kubernetes");
+        let svc = ctx.store.get(&svc_key).unwrap().value();
+        assert_eq!(svc["spec"]["clusterIP"], "10.43.0.1");
+        assert_eq!(
+            svc["spec"]["ports"][0],
+            json!({"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443})
+        );
+        assert!(svc["spec"].get("selector").is_none());
+        let ep = ctx
+            .store
+            .get(&ObjectKey::new("endpoints", "default", "kubernetes"))
+            .unwrap()
+            .value();
+        assert_eq!(ep["subsets"][0]["addresses"][0]["ip"], "127.0.0.1");
+
+        // A new port (a restart with another --listen) updates in place, keeping the uid.
+        let moved = ApiContext {
+            settings: ApiSettings {
+                api_port: 7443,
+                ..ctx.settings.clone()
+            },
+            store: ctx.store.clone(),
+            writer: ctx.writer.clone(),
+            started_at: ctx.started_at,
+            ready: false.into(),
+        };
+        ensure_all(&moved).await.unwrap();
+        assert_eq!(ctx.store.resource_version(), rv + 3);
+        let svc2 = ctx.store.get(&svc_key).unwrap().value();
+        assert_eq!(svc2["spec"]["ports"][0]["targetPort"], 7443);
+        assert_eq!(svc2["metadata"]["uid"], svc["metadata"]["uid"]);
+        let slice = ctx
+            .store
+            .get(&ObjectKey::new(
+                "discovery.k8s.io/endpointslices",
+                "default",
+                "kubernetes",
+            ))
+            .unwrap()
+            .value();
+        assert_eq!(slice["ports"][0]["port"], 7443);
+        assert_eq!(slice["endpoints"][0]["conditions"]["ready"], true);
+    }
 
     #[test]
     fn slice_keeps_one_family() {

@@ -9,10 +9,12 @@ use crate::kube::wal::WalError;
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// A file or directory could not be read, written or created.
-    #[error("{}: {source}", path.display())]
+    // Fields are not named `source`: the message already includes the cause, and anyhow's
+    // `{:#}` would repeat it.
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A file exists and reads fine, but its contents are unusable.
     #[error("{}: {reason}", path.display())]
@@ -20,10 +22,10 @@ pub enum ServerError {
     /// Generating a key or certificate failed.
     #[error("generating {what}: {reason}")]
     Crypto { what: &'static str, reason: String },
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {error}")]
     Bind {
         addr: SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(transparent)]
     Wal(#[from] WalError),
@@ -34,7 +36,7 @@ pub enum ServerError {
 impl ServerError {
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> ServerError {
         let path = path.into();
-        move |source| ServerError::Io { path, source }
+        move |error| ServerError::Io { path, error }
     }
 
     pub(crate) fn corrupt(path: impl Into<PathBuf>, reason: impl Into<String>) -> ServerError {

@@ -105,3 +105,47 @@ pub async fn renew_loop(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::bootstrap::tests::test_ctx;
+
+    fn is_micro_time(s: &str) -> bool {
+        // 2006-01-02T15:04:05.000000Z
+        s.len() == 27
+            && s.ends_with('Z')
+            && s.as_bytes()[19] == b'.'
+            && s[20..26].bytes().all(|b| b.is_ascii_digit())
+            && chrono::DateTime::parse_from_rfc3339(s).is_ok()
+    }
+
+    #[tokio::test]
+    async fn creates_then_renews_with_micro_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = test_ctx(dir.path(), 6443);
+        renew(&ctx, "host-a").await.unwrap();
+        let first = ctx.store.get(&lease_key("s1")).unwrap();
+        let v = first.value();
+        assert_eq!(v["metadata"]["name"], "litek8s-apiserver-s1");
+        assert_eq!(v["metadata"]["namespace"], "kube-system");
+        assert_eq!(v["metadata"]["labels"][IDENTITY_LABEL], "litek8s-apiserver");
+        assert_eq!(v["metadata"]["labels"]["kubernetes.io/hostname"], "host-a");
+        assert_eq!(v["spec"]["holderIdentity"], "s1");
+        assert_eq!(v["spec"]["leaseDurationSeconds"], 3600);
+        let renew_time = v["spec"]["renewTime"].as_str().unwrap();
+        assert!(is_micro_time(renew_time), "{renew_time}");
+
+        renew(&ctx, "host-a").await.unwrap();
+        let second = ctx.store.get(&lease_key("s1")).unwrap();
+        assert_eq!(second.resource_version, first.resource_version + 1);
+        assert_eq!(second.uid, first.uid);
+        assert!(is_micro_time(
+            second.value()["spec"]["renewTime"].as_str().unwrap()
+        ));
+        assert_eq!(
+            second.value()["spec"]["acquireTime"],
+            v["spec"]["acquireTime"]
+        );
+    }
+}

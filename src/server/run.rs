@@ -63,13 +63,13 @@ pub async fn run_until(
 
     let tcp = TcpListener::bind(settings.listen)
         .await
-        .map_err(|source| ServerError::Bind {
+        .map_err(|error| ServerError::Bind {
             addr: settings.listen,
-            source,
+            error,
         })?;
-    let bound = tcp.local_addr().map_err(|source| ServerError::Bind {
+    let bound = tcp.local_addr().map_err(|error| ServerError::Bind {
         addr: settings.listen,
-        source,
+        error,
     })?;
     // After binding, so `--listen 127.0.0.1:0` gets the real port.
     let url = ServerSettings {
@@ -131,9 +131,9 @@ pub async fn run_until(
 /// Fires `shutdown` on the first SIGTERM or SIGINT.
 fn spawn_signal_handler(shutdown: CancellationToken) -> Result<(), ServerError> {
     use tokio::signal::unix::{signal, SignalKind};
-    let signal_err = |source| ServerError::Io {
+    let signal_err = |error| ServerError::Io {
         path: "signal handler".into(),
-        source,
+        error,
     };
     let mut term = signal(SignalKind::terminate()).map_err(signal_err)?;
     let mut int = signal(SignalKind::interrupt()).map_err(signal_err)?;
