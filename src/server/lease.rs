@@ -93,7 +93,9 @@ pub async fn renew_loop(
     hostname: String,
     shutdown: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(RENEW_INTERVAL);
+    // The first renewal is one interval out: `run` has just created or renewed the Lease.
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + RENEW_INTERVAL, RENEW_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {

@@ -3,7 +3,9 @@
 //! Each accepted connection is classified by its first byte: 0x16 (a TLS handshake record)
 //! goes through rustls, anything else is plain HTTP (which `dispatch` limits to the health
 //! endpoints). Both are served by hyper-util's auto builder (HTTP/1.1 and HTTP/2, with
-//! upgrades for exec/attach/port-forward later).
+//! upgrades for exec/attach/port-forward later). Idle connections are bounded by timeouts:
+//! the first byte and the TLS handshake (`Limits::handshake`), each HTTP/1 request head
+//! (`Limits::header_read`, idle keep-alive included), HTTP/2 keep-alive pings.
 //!
 //! Shutdown protocol: when the shutdown token fires, the accept loop stops and drops the
 //! listening socket; every connection task is told to shut down gracefully (finish in-flight
@@ -18,7 +20,7 @@ use std::time::Duration;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
@@ -127,9 +129,12 @@ async fn serve_connection(
 ) -> Result<(), BoxError> {
     let _ = stream.set_nodelay(true);
     let mut first = [0u8; 1];
-    let n = tokio::time::timeout(limits.handshake, stream.peek(&mut first))
-        .await
-        .map_err(|_| "no data before the handshake timeout")??;
+    let n = tokio::select! {
+        _ = shutdown.cancelled() => return Ok(()),
+        peeked = tokio::time::timeout(limits.handshake, stream.peek(&mut first)) => {
+            peeked.map_err(|_| "no data before the handshake timeout")??
+        }
+    };
     if n == 0 {
         return Ok(()); // closed without sending anything (a TCP health check)
     }
@@ -137,6 +142,17 @@ async fn serve_connection(
         let stream = tokio::time::timeout(limits.handshake, tls.accept(stream))
             .await
             .map_err(|_| "TLS handshake timed out")??;
+        // hyper-util first reads the start of the stream to tell HTTP/1 from HTTP/2, with no
+        // timeout of its own: wait for the first request bytes here, under the handshake
+        // timeout, so a client that completes TLS and then goes quiet is dropped.
+        let mut stream = BufReader::new(stream);
+        tokio::select! {
+            // Nothing in flight yet: shutting down just closes the connection.
+            _ = shutdown.cancelled() => return Ok(()),
+            read = tokio::time::timeout(limits.handshake, stream.fill_buf()) => {
+                read.map_err(|_| "no request after the TLS handshake")??;
+            }
+        }
         let conn = Connection {
             tls: true,
             peer_certs: Vec::new(),
@@ -166,7 +182,8 @@ where
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(Some(Duration::from_secs(30)));
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(20));
     let conn = Arc::new(conn);
     let service = service_fn(move |req| dispatch.clone().handle(conn.clone(), req));
     let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
