@@ -26,8 +26,24 @@ fn main() -> ExitCode {
     match cli.init_logging().and_then(|()| cli.run()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("litek8s: {e:#}");
+            eprintln!("litek8s: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, skipping a cause its parent's message already
+/// quotes (many error types print their source inside their own message).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line.replace('\n', " ")
 }
