@@ -4,5 +4,5 @@
 # of each run; LOG_BENCH_DIR the directory (default: the system temp dir; use the data disk).
 set -eu
 cd "$(dirname "$0")/.."
-cargo build --release --example log_bench
-"${CARGO_TARGET_DIR:-target}/release/examples/log_bench" --out bench/LOG.md
+cargo build --release -p litek8s-bench --bin log_bench
+"${CARGO_TARGET_DIR:-target}/release/log_bench" --out bench/LOG.md

@@ -6,8 +6,8 @@ set -eu
 cd "$(dirname "$0")/.."
 : "${WAL_BENCH_DIR:=$(mktemp -d "${TMPDIR:-/tmp}/wal-bench.XXXXXX")}"
 export WAL_BENCH_DIR
-cargo build --release --example wal_bench
-"${CARGO_TARGET_DIR:-target}/release/examples/wal_bench" --out bench/WAL.md
+cargo build --release -p litek8s-bench --bin wal_bench
+"${CARGO_TARGET_DIR:-target}/release/wal_bench" --out bench/WAL.md
 {
   echo
   echo "Machine: $(nproc) cores, $(uname -sr), filesystem of the logs: $(df -T "$WAL_BENCH_DIR" | awk 'NR==2 {print $2}'), $(date -u +%Y-%m-%d)."
