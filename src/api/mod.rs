@@ -32,6 +32,7 @@ pub mod namespace;
 pub mod openapi;
 pub mod output;
 pub mod patch;
+pub mod protobuf;
 pub mod request;
 pub mod response;
 pub mod router;
