@@ -173,6 +173,31 @@ fn replay(
     start: u64,
     store: &Store,
 ) -> Result<(u64, u64, Option<record::InvalidRecord>), WalError> {
+    // Reading and JSON-decoding records is about half the work of a replay, so it runs on its
+    // own thread and hands batches to this one, which applies them in order.
+    let (batches, applier) = std::sync::mpsc::sync_channel::<Vec<Mutation>>(4);
+    std::thread::scope(|scope| {
+        let decoder = scope.spawn(move || decode_records(path, file, file_len, start, batches));
+        for batch in applier {
+            // Rejections are part of the deterministic history: they were rejected when first
+            // applied too, and do not consume a resourceVersion.
+            store.apply_batch(batch);
+        }
+        decoder
+            .join()
+            .unwrap_or_else(|_| Err(corrupt(path, start, "the replay decoder panicked")))
+    })
+}
+
+/// Reads Mutation records from `start` and sends them in batches of `APPLY_BATCH`. Returns the
+/// number of records, the offset after the last whole one, and why reading stopped there.
+fn decode_records(
+    path: &Path,
+    file: &File,
+    file_len: u64,
+    start: u64,
+    batches: std::sync::mpsc::SyncSender<Vec<Mutation>>,
+) -> Result<(u64, u64, Option<record::InvalidRecord>), WalError> {
     let mut reader = RecordReader::new(file, file_len);
     let mut offset = start;
     let mut count = 0u64;
@@ -189,9 +214,10 @@ fn replay(
                 })?;
                 batch.push(mutation);
                 if batch.len() == APPLY_BATCH {
-                    // Rejections are part of the deterministic history: they were rejected
-                    // when first applied too, and do not consume a resourceVersion.
-                    store.apply_batch(batch.drain(..));
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(APPLY_BATCH));
+                    if batches.send(full).is_err() {
+                        break None;
+                    }
                 }
                 count += 1;
                 offset = next;
@@ -207,7 +233,8 @@ fn replay(
             Item::Invalid(reason) => break Some(reason),
         }
     };
-    store.apply_batch(batch);
+    // The receiver only goes away if the applying thread is gone, which ends the replay anyway.
+    let _ = batches.send(batch);
     Ok((count, offset, stop))
 }
 
