@@ -3,8 +3,9 @@
 //!
 //! systemd 252 has no `Type=notify-reload`, so the unit sends SIGHUP and the protocol is
 //! done by hand. The process environment is fixed at start, so the filter is read from the
-//! file (`/etc/default/litek8s-server`, key `LITEK8S_LOG`) the unit loads with
-//! `EnvironmentFile=`: editing it and reloading changes the level without a restart.
+//! files the unit loads with `EnvironmentFile=` (`/etc/default/litek8s-server`, or
+//! `/etc/sysconfig/litek8s-server` on RPM systems; key `LITEK8S_LOG`): editing one and
+//! reloading changes the level without a restart.
 
 use std::path::PathBuf;
 
@@ -27,8 +28,9 @@ pub enum ReloadError {
 /// Where the reloadable settings come from.
 #[derive(Debug, Clone)]
 pub struct ReloadSource {
-    /// A shell-style `KEY=value` file (an `EnvironmentFile=`).
-    pub env_file: PathBuf,
+    /// Shell-style `KEY=value` files (`EnvironmentFile=`s), in the unit's order: a later
+    /// file overrides an earlier one; missing files are skipped.
+    pub env_files: Vec<PathBuf>,
     /// The key holding the log filter.
     pub log_key: String,
     /// Filter used when the file or key is absent.
@@ -36,28 +38,38 @@ pub struct ReloadSource {
 }
 
 impl ReloadSource {
-    /// `/etc/default/litek8s-server`, `LITEK8S_LOG`, default `info`.
+    /// The unit's files, `LITEK8S_LOG`, default `info`.
     pub fn server_default() -> Self {
         Self {
-            env_file: PathBuf::from("/etc/default/litek8s-server"),
+            env_files: vec![
+                PathBuf::from("/etc/default/litek8s-server"),
+                PathBuf::from("/etc/sysconfig/litek8s-server"),
+            ],
             log_key: "LITEK8S_LOG".into(),
             default_filter: "info".into(),
         }
     }
 
-    /// The filter the file asks for now.
+    /// The filter the files ask for now.
     pub fn log_filter(&self) -> Result<String, ReloadError> {
-        match std::fs::read_to_string(&self.env_file) {
-            Ok(text) => {
-                Ok(env_file_value(&text, &self.log_key)
-                    .unwrap_or_else(|| self.default_filter.clone()))
+        let mut filter = None;
+        for path in &self.env_files {
+            match std::fs::read_to_string(path) {
+                Ok(text) => {
+                    if let Some(v) = env_file_value(&text, &self.log_key) {
+                        filter = Some(v);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(ReloadError::Read {
+                        path: path.clone(),
+                        source,
+                    })
+                }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(self.default_filter.clone()),
-            Err(source) => Err(ReloadError::Read {
-                path: self.env_file.clone(),
-                source,
-            }),
         }
+        Ok(filter.unwrap_or_else(|| self.default_filter.clone()))
     }
 }
 
@@ -164,7 +176,7 @@ mod tests {
         let env_file = dir.path().join("litek8s-server");
         std::fs::write(&env_file, "LITEK8S_LOG=debug\n").unwrap();
         let source = ReloadSource {
-            env_file: env_file.clone(),
+            env_files: vec![dir.path().join("absent"), env_file.clone()],
             log_key: "LITEK8S_LOG".into(),
             default_filter: "info".into(),
         };
@@ -205,13 +217,13 @@ mod tests {
     #[test]
     fn missing_file_means_default_filter() {
         let source = ReloadSource {
-            env_file: PathBuf::from("/nonexistent/litek8s-server"),
+            env_files: vec![PathBuf::from("/nonexistent/litek8s-server")],
             log_key: "LITEK8S_LOG".into(),
             default_filter: "info".into(),
         };
         assert_eq!(source.log_filter().unwrap(), "info");
         assert_eq!(
-            ReloadSource::server_default().env_file,
+            ReloadSource::server_default().env_files[0],
             PathBuf::from("/etc/default/litek8s-server")
         );
     }

@@ -43,6 +43,8 @@ ensure_rootfs() {
         || die "debootstrap failed, see $LITEK8S_TEST_CACHE/debootstrap.log"
     # An empty machine-id makes every copy generate its own at first boot (like a golden image).
     : >"$root/etc/machine-id"
+    # debootstrap copies the host's hostname; without it each container is named by -M.
+    rm -f "$root/etc/hostname"
     rm -f "$root/var/lib/dbus/machine-id"
     # No network inside: apt must never try to fetch.
     : >"$root/etc/apt/sources.list"
@@ -73,10 +75,13 @@ boot() {
         >"$logf" 2>&1 </dev/null &
     local nspawn_pid=$!
     CONTAINERS+=("$name $nspawn_pid $dir")
-    # The container's init is nspawn's child; wait (bounded) for it to appear.
-    local i pid=""
+    # The container's init ends up as nspawn's child (nspawn is a subreaper; an intermediate
+    # child exists briefly): wait (bounded) for a child running systemd.
+    local i p pid=""
     for i in $(seq 1 100); do
-        pid=$(pgrep -P "$nspawn_pid" 2>/dev/null | head -1 || true)
+        for p in $(pgrep -P "$nspawn_pid" 2>/dev/null || true); do
+            [ "$(cat "/proc/$p/comm" 2>/dev/null)" = systemd ] && pid=$p
+        done
         [ -n "$pid" ] && break
         kill -0 "$nspawn_pid" 2>/dev/null || die "nspawn for $name exited early, see $logf"
         sleep 0.1
