@@ -21,6 +21,7 @@
 //! `CODE_LINE`.
 
 use std::os::fd::AsRawFd;
+use std::sync::OnceLock;
 
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -35,6 +36,14 @@ pub enum LogError {
     AlreadyInstalled,
     #[error("log filter can no longer be changed: {0}")]
     Reload(String),
+}
+
+/// The handle of the logger [`init`] installed, for code far from `main` (the SIGHUP hook).
+static INSTALLED: OnceLock<LogHandle> = OnceLock::new();
+
+/// The handle of the installed logger, if [`init`] installed one.
+pub fn installed_handle() -> Option<LogHandle> {
+    INSTALLED.get().cloned()
 }
 
 /// Where log lines go.
@@ -138,10 +147,12 @@ pub fn init(filter: &str, syslog_identifier: &str) -> Result<LogHandle, LogError
             "journal socket unusable ({reason}); logging to stderr"
         );
     }
-    Ok(LogHandle {
+    let handle = LogHandle {
         filter: handle,
         target,
-    })
+    };
+    let _ = INSTALLED.set(handle.clone());
+    Ok(handle)
 }
 
 #[cfg(test)]
