@@ -36,7 +36,8 @@ mkdir -p "$src"
     | tar --null -T - -cf -) | tar -xf - -C "$src"
 
 step "cargo build --release --locked --offline"
-(cd "$src" && PATH="$PATH:$HOME/.cargo/bin" cargo build --release --locked --offline --bin litek8s)
+(cd "$src" && env -u CFLAGS -u CXXFLAGS -u CPPFLAGS -u LDFLAGS PATH="$PATH:$HOME/.cargo/bin" \
+    cargo build --release --locked --offline --bin litek8s)
 
 step "dpkg-buildpackage -us -uc -b"
 rm -f "$build"/litek8s*_"$version"_*.deb "$build"/litek8s*_"$version"_*.changes "$build"/litek8s*_"$version"_*.buildinfo
