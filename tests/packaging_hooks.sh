@@ -24,6 +24,8 @@ F
 cat >"$work/bin/litek8s" <<'F'
 #!/bin/sh
 echo "Usage: litek8s apiserver [OPTIONS]"
+echo "  Prose mentioning --cluster-init and --server is not a flag."
+echo "      --service-cidr <CIDR>"
 for f in ${FAKE_FLAGS:-}; do echo "      $f"; done
 F
 cat >"$work/bin/ip" <<'F'
