@@ -35,6 +35,12 @@ mkdir -p "$src"
     | xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' _ \
     | tar --null -T - -cf -) | tar -xf - -C "$src"
 
+# dpkg-buildpackage sets SOURCE_DATE_EPOCH from debian/changelog, and ring's build script
+# reruns when it changes: use the same value for every build so none redoes the others' work
+# (and the builds are reproducible).
+SOURCE_DATE_EPOCH=$(cd "$src" && dpkg-parsechangelog -STimestamp)
+export SOURCE_DATE_EPOCH
+
 step "cargo build --release --locked --offline"
 (cd "$src" && env -u CFLAGS -u CXXFLAGS -u CPPFLAGS -u LDFLAGS PATH="$PATH:$HOME/.cargo/bin" \
     cargo build --release --locked --offline --bin litek8s)
