@@ -53,6 +53,7 @@ ensure_rootfs() {
 }
 
 CONTAINERS=()   # "name pid dir" of every booted container, for cleanup
+SCRATCH=()      # directories to remove on cleanup (rootfs copies never booted)
 
 # copy_rootfs NAME -> prints the path of a fresh copy of the cached rootfs
 copy_rootfs() {
@@ -122,4 +123,8 @@ cleanup_containers() {
         [ "${LITEK8S_TEST_KEEP:-0}" = 1 ] || rm -rf "$dir"
     done
     CONTAINERS=()
+    if [ "${LITEK8S_TEST_KEEP:-0}" != 1 ]; then
+        for dir in "${SCRATCH[@]:-}"; do [ -n "$dir" ] && rm -rf "$dir"; done
+    fi
+    SCRATCH=()
 }
