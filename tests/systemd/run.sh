@@ -119,6 +119,19 @@ test_single() {
     else
         fail "no /etc/litek8s/kubeconfig.yaml written"
     fi
+    # WATCHDOG=1 keeps coming: systemd records each one (WatchdogSec=30s → every 15 s).
+    local wd0 wd1="" i
+    wd0=$(in_ct "$pid" systemctl show -p WatchdogTimestampMonotonic --value litek8s-server 2>/dev/null || true)
+    for i in $(seq 1 40); do
+        wd1=$(in_ct "$pid" systemctl show -p WatchdogTimestampMonotonic --value litek8s-server 2>/dev/null || true)
+        [ -n "$wd1" ] && [ "$wd1" != 0 ] && [ "$wd1" != "$wd0" ] && break
+        sleep 1
+    done
+    if [ -n "$wd1" ] && [ "$wd1" != 0 ] && [ "$wd1" != "$wd0" ]; then
+        pass "WATCHDOG=1 received again while healthy"
+    else
+        fail "no new WATCHDOG=1 within 40 s (WatchdogTimestampMonotonic '$wd0' -> '$wd1')"
+    fi
     check "systemctl reload" in_ct "$pid" timeout 30 systemctl reload litek8s-server
     check "still active after reload" in_ct "$pid" systemctl is-active -q litek8s-server
     check "systemctl stop" in_ct "$pid" timeout 70 systemctl stop litek8s-server
