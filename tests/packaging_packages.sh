@@ -1,0 +1,73 @@
+#!/bin/sh
+# Builds (unless given a directory) and inspects the packages:
+#   sh tests/packaging_packages.sh [PKGDIR]
+# - lintian clean (errors and warnings), contents of both .debs, the maintainer scripts:
+#   install neither enables nor starts the server, upgrade try-restarts it, purge removes the
+#   generated files;
+# - the RPMs: file lists (`rpm -qlp`) and scriptlets (`rpm -qp --scripts`) use the systemd
+#   macros' helper with restart on upgrade.
+set -eu
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+dir=${1:-}
+if [ -z "$dir" ]; then
+    dir=$here/target/packages
+    sh "$here/packaging/build-packages.sh" "$dir"
+fi
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   $1"; }
+bad() { failed=$((failed + 1)); echo "FAIL $1"; }
+check() { name=$1; shift; if "$@" >/dev/null 2>&1; then ok "$name"; else bad "$name"; fi; }
+has() { printf '%s\n' "$1" | grep -q -- "$2"; }
+lacks() { ! printf '%s\n' "$1" | grep -q -- "$2"; }
+
+bin=$(ls "$dir"/litek8s_*.deb | head -n 1)
+srv=$(ls "$dir"/litek8s-server_*.deb | head -n 1)
+check "lintian clean" lintian --fail-on error,warning "$bin" "$srv"
+
+c=$(dpkg-deb -c "$bin")
+check "litek8s ships /usr/bin/litek8s" has "$c" ' ./usr/bin/litek8s$'
+c=$(dpkg-deb -c "$srv")
+check "server ships the unit" has "$c" ' ./\(usr/\)\{0,1\}lib/systemd/system/litek8s-server.service$'
+check "server ships the hook" has "$c" ' ./usr/lib/litek8s/litek8s-server-prestart$'
+check "server ships /etc/default/litek8s-server" has "$c" ' ./etc/default/litek8s-server$'
+check "server ships no token" lacks "$c" 'server.env'
+check "defaults file is a conffile" has "$(dpkg-deb -f "$srv" Conffiles 2>/dev/null; dpkg-deb -I "$srv" conffiles)" '/etc/default/litek8s-server'
+deps=$(dpkg-deb -f "$bin" Depends)
+check "litek8s depends only on libc/libgcc ($deps)" sh -c "printf '%s' '$deps' | tr ',' '\n' | grep -v -e libc6 -e libgcc-s1 | grep -q . && exit 1 || exit 0"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+dpkg-deb -e "$srv" "$tmp/ctl"
+postinst=$(cat "$tmp/ctl/postinst")
+# --no-enable: enable only re-creates links of a unit that was installed and enabled before
+# (the e2e test checks that a fresh install leaves the unit disabled).
+check "postinst enables only an already enabled unit" has "$postinst" 'deb-systemd-helper debian-installed'
+check "postinst starts nothing on install" lacks "$postinst" 'deb-systemd-invoke start'
+check "postinst try-restarts on upgrade" has "$postinst" 'try-restart'
+check "postinst registers the unit for purge bookkeeping" has "$postinst" 'deb-systemd-helper update-state'
+postrm=$(cat "$tmp/ctl/postrm")
+check "postrm purge removes the token" has "$postrm" 'rm -f /etc/litek8s/server.env'
+check "postrm purge removes the state" has "$postrm" 'rm -rf /var/lib/litek8s/apiserver'
+check "no prerm stop before upgrade" sh -c "[ ! -e '$tmp/ctl/prerm' ] || ! grep -q 'deb-systemd-invoke stop' '$tmp/ctl/prerm' || grep -q 'remove' '$tmp/ctl/prerm'"
+
+if ls "$dir"/*.rpm >/dev/null 2>&1; then
+    rbin=$(ls "$dir"/litek8s-0*.rpm | head -n 1)
+    rsrv=$(ls "$dir"/litek8s-server-*.rpm | head -n 1)
+    check "rpm litek8s ships /usr/bin/litek8s" has "$(rpm -qlp "$rbin" 2>/dev/null)" '^/usr/bin/litek8s$'
+    l=$(rpm -qlp "$rsrv" 2>/dev/null)
+    check "rpm server ships the unit" has "$l" '^/usr/lib/systemd/system/litek8s-server.service$'
+    check "rpm server ships the hook" has "$l" '^/usr/lib/litek8s/litek8s-server-prestart$'
+    check "rpm server ships /etc/sysconfig/litek8s-server" has "$l" '^/etc/sysconfig/litek8s-server$'
+    check "rpm sysconfig is %config(noreplace)" has "$(rpm -qcp "$rsrv" 2>/dev/null)" '/etc/sysconfig/litek8s-server'
+    s=$(rpm -qp --scripts "$rsrv" 2>/dev/null)
+    check "rpm %post applies presets on install" has "$s" 'install-system-units litek8s-server.service'
+    check "rpm %preun disables on erase" has "$s" 'remove-system-units litek8s-server.service'
+    check "rpm %postun restarts on upgrade" has "$s" 'mark-restart-system-units litek8s-server.service'
+else
+    bad "no .rpm in $dir"
+fi
+
+echo "packages: $passed passed, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,47 @@
+#!/bin/sh
+# Checks every unit in systemd/: `systemd-analyze verify` in a temporary root holding the
+# host's systemd units plus stand-ins for the commands the unit runs, and the sandbox score
+# of `systemd-analyze security --offline=true` (fails above $MAX_EXPOSURE).
+# Usage: sh tests/packaging_units.sh
+set -eu
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+MAX_EXPOSURE=${MAX_EXPOSURE:-2.5}
+command -v systemd-analyze >/dev/null || { echo "FAIL: systemd-analyze missing (apt-get install systemd)"; exit 1; }
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT INT TERM
+failed=0
+
+mkdir -p "$root/usr/lib/systemd/system" "$root/usr/bin" "$root/bin" "$root/usr/lib/litek8s"
+cp -a /lib/systemd/system/. "$root/usr/lib/systemd/system/"
+# Stand-ins for the commands the units run (verify checks they exist and are executable).
+for cmd in /usr/bin/litek8s /bin/kill /usr/lib/litek8s/litek8s-server-prestart; do
+    printf '#!/bin/sh\n' >"$root$cmd"
+    chmod +x "$root$cmd"
+done
+for unit in "$here"/systemd/*.service "$here"/systemd/*.socket; do
+    [ -e "$unit" ] || continue
+    name=$(basename "$unit")
+    cp "$unit" "$root/usr/lib/systemd/system/$name"
+    if out=$(timeout 60 systemd-analyze verify --man=no --root="$root" "$name" 2>&1) && [ -z "$out" ]; then
+        echo "ok   verify $name"
+    else
+        echo "FAIL verify $name: $out"
+        failed=$((failed + 1))
+    fi
+    case $name in *.service)
+        score=$(timeout 60 systemd-analyze security --offline=true --no-pager "$unit" 2>&1 \
+            | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
+        if [ -n "$score" ] && awk -v s="$score" -v m="$MAX_EXPOSURE" 'BEGIN { exit !(s <= m) }'; then
+            echo "ok   security $name: exposure $score (max $MAX_EXPOSURE)"
+        else
+            echo "FAIL security $name: exposure '${score}' above $MAX_EXPOSURE"
+            failed=$((failed + 1))
+        fi
+    esac
+done
+# The prestart hook the unit runs is the one packaging/ ships.
+grep -q '^ExecStartPre=+/usr/lib/litek8s/litek8s-server-prestart$' "$here/systemd/litek8s-server.service" \
+    && [ -x "$here/packaging/litek8s-server-prestart" ] && echo "ok   unit runs the shipped prestart hook" \
+    || { echo "FAIL unit/hook path mismatch"; failed=$((failed + 1)); }
+[ "$failed" = 0 ] && echo "units: all ok" || { echo "units: $failed failed"; exit 1; }
