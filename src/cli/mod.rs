@@ -3,10 +3,7 @@
 
 pub mod apiserver;
 
-use std::io::IsTerminal;
-
 use clap::{Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
 
 /// litek8s: a small, systemd-native Kubernetes distribution.
 #[derive(Debug, Parser)]
@@ -35,19 +32,15 @@ pub enum Command {
 }
 
 impl Cli {
-    /// Sets up logging to stderr. Fails on an unparsable filter.
+    /// Sets up logging: journald with structured fields when stderr is the journal, plain text
+    /// on stderr otherwise. `RUST_LOG` wins over `--log-level`. Fails on an unparsable filter.
     pub fn init_logging(&self) -> anyhow::Result<()> {
-        let filter = match std::env::var("RUST_LOG") {
-            Ok(from_env) if !from_env.is_empty() => EnvFilter::try_new(&from_env)
-                .map_err(|e| anyhow::anyhow!("invalid RUST_LOG {from_env:?}: {e}"))?,
-            _ => EnvFilter::try_new(&self.log_level)
-                .map_err(|e| anyhow::anyhow!("invalid --log-level {:?}: {e}", self.log_level))?,
+        let (source, text) = match std::env::var("RUST_LOG") {
+            Ok(from_env) if !from_env.is_empty() => ("RUST_LOG", from_env),
+            _ => ("--log-level", self.log_level.clone()),
         };
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::stderr().is_terminal())
-            .init();
+        crate::systemd::journal::init(&text, "litek8s")
+            .map_err(|e| anyhow::anyhow!("invalid {source} {text:?}: {e}"))?;
         Ok(())
     }
 

@@ -26,15 +26,47 @@ use crate::kube::wal::{WalConfig, WalWriter};
 
 /// Runs the API server until SIGTERM or SIGINT; returns after draining connections.
 pub async fn run(settings: ServerSettings) -> Result<(), ServerError> {
+    use crate::systemd::{journal, notify, readiness, signals, watchdog};
+    let reporter = Arc::new(readiness::ReadinessReporter::new(
+        notify::Notifier::from_env(),
+    ));
     let shutdown = CancellationToken::new();
-    spawn_signal_handler(shutdown.clone())?;
-    run_until(settings, shutdown).await
+    spawn_signal_handler(shutdown.clone(), reporter.clone())?;
+    if let Some(logs) = journal::installed_handle() {
+        tokio::spawn(signals::reload_on_sighup(
+            reporter.clone(),
+            logs,
+            signals::ReloadSource::server_default(),
+            shutdown.clone().cancelled_owned(),
+        ));
+    }
+    if let Some(interval) = notify::watchdog_interval() {
+        let heartbeat = watchdog::Heartbeat::new();
+        let beating = heartbeat.clone();
+        let stop = shutdown.clone();
+        // Single server: the runtime staying responsive is the liveness signal; the Raft
+        // state loop beats instead once clustering lands.
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                beating.beat();
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        });
+        tokio::spawn(watchdog::run_watchdog(
+            reporter.notifier().clone(),
+            interval,
+            heartbeat,
+            shutdown.clone().cancelled_owned(),
+        ));
+    }
+    run_until(settings, shutdown, reporter).await
 }
 
 /// Runs the API server until `shutdown` fires (tests and embedders drive this directly).
 pub async fn run_until(
     settings: ServerSettings,
     shutdown: CancellationToken,
+    readiness: Arc<crate::systemd::readiness::ReadinessReporter>,
 ) -> Result<(), ServerError> {
     let dir = DataDir::prepare(&settings.data_dir)?;
     let token = AdminToken::load_or_create(&dir.admin_token())?;
@@ -47,6 +79,10 @@ pub async fn run_until(
     }));
     let data_dir = dir.root().to_path_buf();
     let wal_store = store.clone();
+    readiness.set(
+        crate::systemd::readiness::Readiness::ReplayingLog { done: 0, total: 0 },
+        "opening objects.wal",
+    );
     // Replay is synchronous disk work; keep it off the async workers.
     let (writer, report) = tokio::task::spawn_blocking(move || {
         WalWriter::open(&data_dir, wal_store, WalConfig::default())
@@ -117,6 +153,14 @@ pub async fn run_until(
     ));
     ctx.ready.store(true, Ordering::SeqCst);
     tracing::info!("ready");
+    readiness.set(
+        crate::systemd::readiness::Readiness::Ready {
+            role: crate::systemd::readiness::Role::Single,
+            term: 0,
+            applied: ctx.store.resource_version(),
+        },
+        "WAL replayed, listening, bootstrap objects present",
+    );
 
     if serving.await.is_err() {
         tracing::error!("the listener task panicked");
@@ -126,7 +170,10 @@ pub async fn run_until(
 }
 
 /// Fires `shutdown` on the first SIGTERM or SIGINT.
-fn spawn_signal_handler(shutdown: CancellationToken) -> Result<(), ServerError> {
+fn spawn_signal_handler(
+    shutdown: CancellationToken,
+    reporter: Arc<crate::systemd::readiness::ReadinessReporter>,
+) -> Result<(), ServerError> {
     use tokio::signal::unix::{signal, SignalKind};
     let signal_err = |error| ServerError::Io {
         path: "signal handler".into(),
@@ -140,6 +187,7 @@ fn spawn_signal_handler(shutdown: CancellationToken) -> Result<(), ServerError> 
             _ = int.recv() => "SIGINT",
         };
         tracing::info!(signal = name, "shutting down");
+        reporter.set(crate::systemd::readiness::Readiness::Stopping, name);
         shutdown.cancel();
     });
     Ok(())
