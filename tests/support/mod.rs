@@ -21,8 +21,14 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream as TokioTcpStream;
 use tokio_rustls::TlsConnector;
 
-/// The binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_litek8s");
+/// The binary under test: the one cargo built for this test, else `$LITEK8S_BIN` (the
+/// benchmark, an example, passes the release binary that way).
+pub fn bin() -> PathBuf {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_litek8s") {
+        return PathBuf::from(path);
+    }
+    PathBuf::from(std::env::var_os("LITEK8S_BIN").expect("set LITEK8S_BIN to the litek8s binary"))
+}
 
 /// How long a server may take to become ready before a test gives up (a hang guard, not a
 /// performance assertion).
@@ -69,7 +75,7 @@ impl Server {
 
     /// The command line of this server.
     pub fn command(&self) -> Command {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.arg("apiserver")
             .arg("--data-dir")
             .arg(&self.data_dir)
@@ -78,7 +84,10 @@ impl Server {
             .arg("--name")
             .arg("e2e")
             .args(&self.extra_args)
-            .env("LITEK8S_LOG", "info")
+            .env(
+                "LITEK8S_LOG",
+                std::env::var("LITEK8S_LOG").unwrap_or_else(|_| "info".to_string()),
+            )
             .stdin(Stdio::null());
         cmd
     }
