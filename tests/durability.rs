@@ -155,6 +155,12 @@ fn acknowledged_writes_survive_sigkill() {
     let in_flight: BTreeMap<String, u64> =
         logs.iter().filter_map(|l| l.in_flight.clone()).collect();
 
+    println!(
+        "{total_acks} writes acknowledged to {} names before SIGKILL; {} in flight",
+        last.len(),
+        in_flight.len()
+    );
+
     server.spawn_and_wait();
     let api = server.api();
     let list = rt

@@ -144,8 +144,8 @@ if [ "${SKIP_KUBECTL:-0}" != 1 ]; then
         bash "$ROOT/tests/kubectl/scenario.sh" "$kc" >"$OUT/kubectl-$v.log" 2>&1
         grep -E '^(FAIL|    \|)' "$OUT/kubectl-$v.log" | head -200
         last=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$OUT/kubectl-$v.log" | tail -n 1)
-        p=$(sed -nE 's/.* ?([0-9]+) passed, ([0-9]+) failed.*/\1/p' <<<"$last")
-        f=$(sed -nE 's/.* ?([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$last")
+        p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$last")
+        f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$last")
         if [ -z "$p" ]; then
             p=0
             f=1
