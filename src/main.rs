@@ -1,15 +1,49 @@
-//! The `litek8s` binary: parse flags, set up logging, run the subcommand, map errors to an
-//! exit code.
+//! The `litek8s` binary: parse flags, set up logging, run the subcommand, and map every error
+//! to one line on stderr and a non-zero exit code.
+
+use std::process::ExitCode;
 
 use clap::Parser;
-use litek8s::cli::{Cli, Command};
+use litek8s::cli::Cli;
 
-fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Apiserver(_args) => {
-            eprintln!("litek8s: apiserver is not wired up yet");
-            std::process::ExitCode::FAILURE
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version print their text and exit 0; usage errors print one line.
+        Err(e) if !e.use_stderr() => {
+            return e.print().map_or(ExitCode::FAILURE, |_| ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            eprintln!(
+                "litek8s: {} (see --help)",
+                first.trim_start_matches("error: ")
+            );
+            return ExitCode::from(2);
+        }
+    };
+    match cli.init_logging().and_then(|()| cli.run()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("litek8s: {}", one_line(&e));
+            ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, skipping a cause its parent's message already
+/// quotes (many error types print their source inside their own message).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line.replace('\n', " ")
 }

@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::cluster_ip::ClusterIpAllocator;
 use crate::kube::store::Store;
 use crate::kube::writer::Writer;
 
@@ -45,4 +46,21 @@ pub struct ApiContext {
     pub started_at: SystemTime,
     /// Whether /readyz reports ready (single server: WAL replayed and listening).
     pub ready: std::sync::atomic::AtomicBool,
+    /// ClusterIPs handed out to Service writes still in flight.
+    pub cluster_ips: ClusterIpAllocator,
+}
+
+impl ApiContext {
+    /// A context with `ready` false; the transport sets it once it listens.
+    pub fn new(store: Arc<Store>, writer: Arc<dyn Writer>, settings: ApiSettings) -> Self {
+        let cluster_ips = ClusterIpAllocator::new(&settings.service_cidr);
+        ApiContext {
+            store,
+            writer,
+            settings,
+            started_at: SystemTime::now(),
+            ready: std::sync::atomic::AtomicBool::new(false),
+            cluster_ips,
+        }
+    }
 }

@@ -5,16 +5,41 @@
 //! [`router::serve`] with the request and the authenticated [`User`]. Everything below that
 //! point is plain request → response.
 //!
-//! - `router`: path → handler, plus the anonymous health endpoints.
+//! - `router`: path → handler, plus the anonymous health endpoints (`health`).
+//! - `request`: path, query and Accept parsing; `body`: size/depth-limited decoding.
+//! - `get`, `list` (+ `continue_token`), `watch`, `create`, `update`, `patch`, `delete`
+//!   (+ `namespace` for namespace deletion): one file per verb.
+//! - `meta`, `validation`, `kinds` (+ `lease`, `cluster_ip`): what every write decides before
+//!   it becomes a Mutation.
+//! - `output`: objects and lists in the requested form; `status`: every error as a `Status`.
 //! - `discovery`, `openapi`, `table`: what kubectl reads besides objects.
 //! - `response`: small response builders.
 
+pub mod body;
+pub mod cluster_ip;
 pub mod context;
+pub mod continue_token;
+pub mod create;
+pub mod delete;
 pub mod discovery;
+pub mod get;
+pub mod health;
+pub mod kinds;
+pub mod lease;
+pub mod list;
+pub mod meta;
+pub mod namespace;
 pub mod openapi;
+pub mod output;
+pub mod patch;
+pub mod request;
 pub mod response;
 pub mod router;
+pub mod status;
 pub mod table;
+pub mod update;
+pub mod validation;
+pub mod watch;
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;

@@ -1,28 +1,119 @@
 //! Routes an authenticated request to its handler. The transport calls [`serve`] for
 //! authenticated HTTPS requests and [`serve_anonymous`] for plain HTTP and unauthenticated
-//! health checks.
+//! health checks. Both are generic over the request body so tests can drive them with
+//! in-memory bodies.
 
 use std::sync::Arc;
 
-use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
+use bytes::Bytes;
+use http::{header, Method, Request, Response};
 
-use super::{response, ApiBody, ApiContext, User};
+use super::request::{self, ApiRequest, Query};
+use super::status::ApiError;
+use super::{
+    body, create, delete, discovery, get, health, list, namespace, openapi, patch, update, watch,
+    ApiBody, ApiContext, User,
+};
+
+fn header_str<B>(req: &Request<B>, name: header::HeaderName) -> String {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+fn verbose<B>(req: &Request<B>) -> bool {
+    request::query_pairs(req.uri().query().unwrap_or(""))
+        .iter()
+        .any(|(k, v)| k == "verbose" && v != "false" && v != "0")
+}
 
 /// Serves an authenticated API request.
-pub async fn serve(
-    _ctx: Arc<ApiContext>,
-    _req: Request<Incoming>,
-    _user: User,
-) -> Response<ApiBody> {
-    response::json(StatusCode::NOT_FOUND, "{}")
+pub async fn serve<B>(ctx: Arc<ApiContext>, req: Request<B>, user: User) -> Response<ApiBody>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let path = req.uri().path().to_string();
+    if let Some(resp) = health::respond(&ctx, &path, verbose(&req)) {
+        return resp;
+    }
+    let accept = header_str(&req, header::ACCEPT);
+    if path.starts_with("/openapi") || path.starts_with("/swagger") {
+        return openapi::respond(&path, &accept)
+            .unwrap_or_else(|| ApiError::NoRoute.into_response());
+    }
+    if !request::is_resource_path(&path) {
+        return discovery::respond(&ctx, &path, &accept)
+            .unwrap_or_else(|| ApiError::NoRoute.into_response());
+    }
+    match resource(ctx, req, user, &path, &accept).await {
+        Ok(resp) => resp,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn resource<B>(
+    ctx: Arc<ApiContext>,
+    req: Request<B>,
+    user: User,
+    path: &str,
+    accept: &str,
+) -> Result<Response<ApiBody>, ApiError>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let target = request::parse_path(path)?;
+    let query = Query::parse(req.uri().query())?;
+    let content_type = header_str(&req, header::CONTENT_TYPE);
+    let method = req.method().clone();
+    let has_body = matches!(
+        method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    );
+    let body = if has_body {
+        body::read(req.into_body()).await?
+    } else {
+        Bytes::new()
+    };
+    let api = ApiRequest {
+        ctx,
+        method,
+        target,
+        query,
+        form: request::form(accept),
+        content_type,
+        body,
+        user,
+    };
+    dispatch(&api).await
+}
+
+async fn dispatch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
+    let t = &req.target;
+    let in_namespace = !t.info.namespaced || t.namespace.is_some();
+    match (t.name.is_some(), t.subresource.as_deref(), &req.method) {
+        (false, None, &Method::GET) if req.query.watch => watch::watch(req).await,
+        (false, None, &Method::GET) => list::list(req).await,
+        (false, None, &Method::POST) if in_namespace => create::post(req).await,
+        (false, None, &Method::DELETE) if in_namespace => delete::delete_collection(req).await,
+        (true, None, &Method::GET) if req.query.watch => watch::watch(req).await,
+        (true, None | Some("status"), &Method::GET) => get::get(req).await,
+        (true, None | Some("status"), &Method::PUT) => update::put(req).await,
+        (true, None | Some("status"), &Method::PATCH) => patch::patch(req).await,
+        (true, None, &Method::DELETE) => delete::delete(req).await,
+        (true, Some("finalize"), &Method::PUT) => namespace::finalize(req).await,
+        _ => Err(ApiError::MethodNotAllowed),
+    }
 }
 
 /// Serves the anonymous endpoints (/readyz, /livez, /healthz, /version); `None` for any other
 /// path, which the transport answers with 401 (HTTPS) or 404/400 (plain HTTP).
-pub async fn serve_anonymous(
-    _ctx: Arc<ApiContext>,
-    _req: &Request<Incoming>,
+pub async fn serve_anonymous<B>(
+    ctx: Arc<ApiContext>,
+    req: &Request<B>,
 ) -> Option<Response<ApiBody>> {
-    None
+    health::respond(&ctx, req.uri().path(), verbose(req))
 }

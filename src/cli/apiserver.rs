@@ -3,7 +3,23 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Args;
+
+use crate::server::settings::{first_service_ip, ServerSettings};
+
+/// The long help of `litek8s apiserver --help`.
+pub const LONG_ABOUT: &str =
+    "Run the Kubernetes API server (single server; HA cluster in a later release).
+
+On first start the data directory is created (mode 0700) with a cluster CA, a serving \
+certificate, an admin token and objects.wal, and an admin kubeconfig is written; later starts \
+reuse them. The API port speaks HTTPS; plain HTTP on the same port answers only /readyz, \
+/livez, /healthz and /version. SIGTERM or SIGINT stops it gracefully.
+
+Example:
+  litek8s apiserver --data-dir /var/lib/litek8s/apiserver --listen 0.0.0.0:6443 --node-ip 192.0.2.10
+  kubectl --kubeconfig /var/lib/litek8s/apiserver/kubeconfig.yaml get ns";
 
 /// Flags of `litek8s apiserver`.
 #[derive(Debug, Args)]
@@ -35,4 +51,88 @@ pub struct ApiserverArgs {
     /// Watch events kept for watches that resume from an older resourceVersion.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub watch_history: usize,
+}
+
+impl ApiserverArgs {
+    /// Validates the flags and fills in defaults that depend on the machine.
+    pub fn settings(self) -> anyhow::Result<ServerSettings> {
+        let hostname = nix::unistd::gethostname()
+            .context("reading the hostname")?
+            .to_string_lossy()
+            .to_ascii_lowercase();
+        let name = match self.name {
+            Some(name) => {
+                check_name(&name).with_context(|| format!("invalid --name {name:?}"))?;
+                name
+            }
+            None => {
+                check_name(&hostname).with_context(|| {
+                    format!("the hostname {hostname:?} is not a usable server name; pass --name")
+                })?;
+                hostname.clone()
+            }
+        };
+        let kubernetes_service_ip = first_service_ip(&self.service_cidr)?;
+        if self.watch_history == 0 {
+            anyhow::bail!("--watch-history must be at least 1");
+        }
+        let kubeconfig = self
+            .kubeconfig
+            .unwrap_or_else(|| self.data_dir.join("kubeconfig.yaml"));
+        Ok(ServerSettings {
+            data_dir: self.data_dir,
+            listen: self.listen,
+            kubeconfig,
+            node_ips: self.node_ips,
+            name,
+            hostname,
+            service_cidr: self.service_cidr,
+            kubernetes_service_ip,
+            watch_history: self.watch_history,
+        })
+    }
+
+    /// Runs the API server until SIGTERM or SIGINT.
+    pub fn run(self) -> anyhow::Result<()> {
+        let settings = self.settings()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("litek8s-api")
+            .build()
+            .context("starting the async runtime")?;
+        runtime.block_on(crate::server::run(settings))?;
+        // Connections still open after draining (long watches) must not delay the exit.
+        runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+        Ok(())
+    }
+}
+
+/// The server name becomes part of a Lease name: a DNS-1123 subdomain of at most 200
+/// characters (room for the `litek8s-apiserver-` prefix), lowercase.
+fn check_name(name: &str) -> anyhow::Result<()> {
+    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+    let ends_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    if name.is_empty() || name.len() > 200 {
+        anyhow::bail!("must be 1 to 200 characters");
+    }
+    if !name.chars().all(ok_char) || !ends_ok(name.chars().next()) || !ends_ok(name.chars().last())
+    {
+        anyhow::bail!("must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_name;
+
+    #[test]
+    fn server_names() {
+        for ok in ["a", "node-1", "n1.example.com"] {
+            assert!(check_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "Node", "-a", "a-", "a_b", &"x".repeat(201)] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
 }

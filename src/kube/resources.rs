@@ -53,19 +53,81 @@ impl ResourceInfo {
         }
     }
 
+    /// The verbs discovery advertises. Namespaces have no `deletecollection` upstream.
     pub fn verbs(&self) -> &'static [&'static str] {
-        &[
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch",
-        ]
+        if WITHOUT_DELETECOLLECTION.contains(&(self.group, self.plural)) {
+            &[
+                "create", "delete", "get", "list", "patch", "update", "watch",
+            ]
+        } else {
+            &[
+                "create",
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "update",
+                "watch",
+            ]
+        }
+    }
+
+    /// apiserver's storageVersionHash: base64 of the first 8 bytes of sha256("group/version/kind").
+    /// Clients only compare it for equality (to invalidate caches).
+    pub fn storage_version_hash(&self) -> String {
+        use base64::Engine;
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(format!("{}/{}/{}", self.group, self.version, self.kind));
+        base64::engine::general_purpose::STANDARD.encode(&digest[..8])
+    }
+
+    /// Subresources discovery advertises: `status` for kinds with one, `scale` for the kinds
+    /// listed in [`SCALABLE`].
+    pub fn subresources(&self) -> Vec<Subresource> {
+        let mut out = Vec::new();
+        if self.has_status {
+            out.push(Subresource {
+                name: "status",
+                group: self.group,
+                version: self.version,
+                kind: self.kind,
+                verbs: &["get", "patch", "update"],
+            });
+        }
+        if SCALABLE.contains(&(self.group, self.plural)) {
+            out.push(Subresource {
+                name: "scale",
+                group: "autoscaling",
+                version: "v1",
+                kind: "Scale",
+                verbs: &["get", "patch", "update"],
+            });
+        }
+        out
     }
 }
+
+/// A subresource (`<plural>/<name>`) as discovery describes it: the kind it returns and its verbs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subresource {
+    pub name: &'static str,
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub verbs: &'static [&'static str],
+}
+
+/// (group, plural) of kinds whose discovery verbs lack `deletecollection`.
+const WITHOUT_DELETECOLLECTION: &[(&str, &str)] = &[("", "namespaces")];
+
+/// (group, plural) of kinds with a `scale` subresource (autoscaling/v1 Scale).
+const SCALABLE: &[(&str, &str)] = &[
+    ("apps", "deployments"),
+    ("apps", "replicasets"),
+    ("apps", "statefulsets"),
+    ("", "replicationcontrollers"),
+];
 
 const NO_NAMES: &[&str] = &[];
 const ALL: &[&str] = &["all"];

@@ -1,0 +1,8 @@
+#!/bin/sh
+# Raft log benchmark: raw fdatasync rate, single-node Raft appends with 1/16/256 proposers,
+# replay of 100,000 entries. Writes bench/LOG.md. LOG_BENCH_SECS (default 3) sets the length
+# of each run; LOG_BENCH_DIR the directory (default: the system temp dir; use the data disk).
+set -eu
+cd "$(dirname "$0")/.."
+cargo build --release --example log_bench
+"${CARGO_TARGET_DIR:-target}/release/examples/log_bench" --out bench/LOG.md

@@ -1,0 +1,320 @@
+//! Benchmark of the Raft log engine (run through bench/log.sh): the disk's raw fdatasync rate,
+//! a single-node openraft cluster over the log with 1, 16 and 256 concurrent proposers of
+//! 1 KiB Mutations through the batcher, and replay of 100,000 entries (in a child process, so
+//! its peak RSS is its own). Prints a table and writes it to the file given as `--out`.
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use litek8s::kube::mutation::{Mutation, Precondition};
+use litek8s::kube::object::ObjectKey;
+use litek8s::kube::store::{Store, StoreConfig};
+use litek8s::raft::batcher::{BatchLimits, Batcher};
+use litek8s::raft::log::{LogConfig, LogStore};
+use litek8s::raft::state_machine::StateMachine;
+use litek8s::raft::types::{Batch, Entry, NodeId, Proposal, TypeConfig};
+use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, CommittedLeaderId, EntryPayload, LogId, ServerState};
+
+type RpcErr<E = RaftError<NodeId>> = RPCError<NodeId, BasicNode, E>;
+
+/// A single node never sends RPCs.
+struct NoNet;
+
+impl RaftNetworkFactory<TypeConfig> for NoNet {
+    type Network = NoNet;
+    async fn new_client(&mut self, _target: NodeId, _node: &BasicNode) -> NoNet {
+        NoNet
+    }
+}
+
+fn unreachable<E: std::error::Error>() -> RpcErr<E> {
+    RPCError::Unreachable(Unreachable::new(&std::io::Error::other("single node")))
+}
+
+impl RaftNetwork<TypeConfig> for NoNet {
+    async fn append_entries(
+        &mut self,
+        _rpc: AppendEntriesRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RpcErr> {
+        Err(unreachable())
+    }
+    async fn install_snapshot(
+        &mut self,
+        _rpc: InstallSnapshotRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RpcErr<RaftError<NodeId, InstallSnapshotError>>>
+    {
+        Err(unreachable())
+    }
+    async fn vote(
+        &mut self,
+        _rpc: VoteRequest<NodeId>,
+        _option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RpcErr> {
+        Err(unreachable())
+    }
+}
+
+/// Writes 4 KiB and fdatasyncs it, in a preallocated zero-filled file, for `secs`.
+fn raw_fdatasync_rate(dir: &Path, secs: f64) -> f64 {
+    let path = dir.join("raw.bin");
+    let size: u64 = 64 << 20;
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .expect("raw file");
+    let zeros = vec![0u8; 1 << 20];
+    for i in 0..(size >> 20) {
+        file.write_all_at(&zeros, i << 20).expect("prefill");
+    }
+    file.sync_all().expect("sync");
+    let block = vec![7u8; 4096];
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        file.write_all_at(&block, (n * 4096) % size).expect("write");
+        file.sync_data().expect("fdatasync");
+        n += 1;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn object(name: &str) -> serde_json::Value {
+    serde_json::json!({"apiVersion":"v1","kind":"ConfigMap",
+        "metadata":{"name":name,"namespace":"bench"},"data":{"v":"x".repeat(900)}})
+}
+
+struct EngineResult {
+    ops_per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    entries: u64,
+}
+
+/// A single-node Raft over the log; `proposers` tasks each update their own 1 KiB object
+/// through the batcher for `secs`.
+async fn engine(dir: &Path, proposers: usize, secs: f64) -> EngineResult {
+    let log = LogStore::open(&dir.join("log"), LogConfig::default()).expect("log");
+    let store = Arc::new(Store::new(StoreConfig::default()));
+    let sm = StateMachine::open(&dir.join("sm"), store.clone()).expect("sm");
+    let mut config = openraft::Config {
+        heartbeat_interval: 250,
+        election_timeout_min: 1000,
+        election_timeout_max: 2000,
+        ..Default::default()
+    };
+    litek8s::raft::snapshot::apply_policy(&mut config);
+    let config = Arc::new(config.validate().expect("config"));
+    let raft = openraft::Raft::new(1, config, NoNet, log.clone(), sm)
+        .await
+        .expect("raft");
+    raft.initialize(BTreeMap::from([(1, BasicNode::default())]))
+        .await
+        .expect("initialize");
+    raft.wait(Some(Duration::from_secs(10)))
+        .state(ServerState::Leader, "leader")
+        .await
+        .expect("leader");
+    let raft = Arc::new(raft);
+    let batcher = Batcher::start(raft.clone(), BatchLimits::default());
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let mut tasks = Vec::new();
+    let start = Instant::now();
+    for p in 0..proposers {
+        let batcher = batcher.clone();
+        tasks.push(tokio::spawn(async move {
+            let name = format!("p{p}");
+            let key = ObjectKey::new("configmaps", "bench", &name);
+            let create = Mutation::Create {
+                key: key.clone(),
+                object: object(&name),
+            };
+            batcher.submit(Proposal::new(create)).await.expect("create");
+            let mut latencies = Vec::new();
+            while Instant::now() < deadline {
+                let update = Mutation::Update {
+                    key: key.clone(),
+                    object: object(&name),
+                    precondition: Precondition::none(),
+                };
+                let t = Instant::now();
+                batcher.submit(Proposal::new(update)).await.expect("update");
+                latencies.push(t.elapsed());
+            }
+            latencies
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("task"));
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    all.sort();
+    let pct = |q: f64| all.get(((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1)));
+    let ms = |d: Option<&Duration>| d.map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+    let entries = log.log_state().expect("state").1.map_or(0, |l| l.index);
+    let _ = raft.shutdown().await;
+    EngineResult {
+        ops_per_sec: all.len() as f64 / elapsed,
+        p50_ms: ms(pct(0.50)),
+        p99_ms: ms(pct(0.99)),
+        entries,
+    }
+}
+
+fn proc_status(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Child mode: opens the log in `dir` and prints "REPLAY <secs> <entries> <hwm kB> <rss kB>".
+fn replay_child(dir: &Path) {
+    let start = Instant::now();
+    let log = LogStore::open(dir, LogConfig::default()).expect("open");
+    let secs = start.elapsed().as_secs_f64();
+    let entries = log.log_state().expect("state").1.map_or(0, |l| l.index);
+    println!(
+        "REPLAY {secs} {entries} {} {}",
+        proc_status("VmHWM:"),
+        proc_status("VmRSS:")
+    );
+}
+
+/// Writes `count` entries of one 1 KiB Mutation each.
+async fn write_entries(dir: &Path, count: u64) {
+    let log = LogStore::open(dir, LogConfig::default()).expect("open");
+    let mut index = 1;
+    while index <= count {
+        let entries: Vec<Entry> = (index..(index + 500).min(count + 1))
+            .map(|i| Entry {
+                log_id: LogId::new(CommittedLeaderId::new(1, 1), i),
+                payload: EntryPayload::Normal(Batch {
+                    proposals: vec![Proposal::new(Mutation::Create {
+                        key: ObjectKey::new("configmaps", "bench", format!("c{i}")),
+                        object: object(&format!("c{i}")),
+                    })],
+                }),
+            })
+            .collect();
+        index += entries.len() as u64;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        log.append_with(entries, move |r| drop(tx.send(r)))
+            .expect("append");
+        rx.await.expect("flush").expect("flush ok");
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(pos) = args.iter().position(|a| a == "--replay") {
+        replay_child(Path::new(&args[pos + 1]));
+        return;
+    }
+    let out = args
+        .iter()
+        .position(|a| a == "--out")
+        .map(|p| PathBuf::from(&args[p + 1]));
+    let secs: f64 = std::env::var("LOG_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let base = std::env::var("LOG_BENCH_DIR").map_or_else(|_| std::env::temp_dir(), PathBuf::from);
+    let tmp = tempfile::tempdir_in(base).expect("tempdir");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+
+    let raw = raw_fdatasync_rate(tmp.path(), secs);
+    eprintln!("raw fdatasync: {raw:.0}/s");
+    let mut rows = Vec::new();
+    for proposers in [1usize, 16, 256] {
+        let dir = tmp.path().join(format!("engine{proposers}"));
+        let r = rt.block_on(engine(&dir, proposers, secs));
+        eprintln!("{proposers} proposers: {:.0}/s", r.ops_per_sec);
+        rows.push((proposers, r));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let replay_dir = tmp.path().join("replay");
+    rt.block_on(write_entries(&replay_dir, 100_000));
+    let child = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args(["--replay", replay_dir.to_str().unwrap_or_default()])
+        .output()
+        .expect("replay child");
+    let text = String::from_utf8_lossy(&child.stdout);
+    let fields: Vec<f64> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("REPLAY "))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|v| v.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let (replay_secs, replayed, hwm, rss) = match fields.as_slice() {
+        [a, b, c, d] => (*a, *b, *c, *d),
+        _ => (f64::NAN, 0.0, 0.0, 0.0),
+    };
+
+    let mut table = String::new();
+    table.push_str(&format!(
+        "# Raft log benchmark\n\nCores: {cores}. Each engine run: {secs} s, single-node openraft 0.9 over the log, 1 KiB Mutations through the batcher.\n\n"
+    ));
+    table.push_str("| measurement | value | target | ratio / verdict |\n|---|---|---|---|\n");
+    table.push_str(&format!(
+        "| raw fdatasync (4 KiB write + fdatasync, preallocated) | {raw:.0}/s | | |\n"
+    ));
+    for (proposers, r) in &rows {
+        let (target, verdict) = match proposers {
+            1 => (
+                "≥ 80% of raw fdatasync".to_string(),
+                format!("{:.0}% of raw", 100.0 * r.ops_per_sec / raw),
+            ),
+            256 => (
+                "≥ 100,000/s".to_string(),
+                format!("{:.2}× target", r.ops_per_sec / 100_000.0),
+            ),
+            _ => (
+                String::new(),
+                format!("{:.1}× one proposer", r.ops_per_sec / rows[0].1.ops_per_sec),
+            ),
+        };
+        table.push_str(&format!(
+            "| {proposers} proposer(s): Mutations/s (p50 / p99 latency; log entries) | {:.0}/s ({:.2} / {:.2} ms; {} entries) | {target} | {verdict} |\n",
+            r.ops_per_sec, r.p50_ms, r.p99_ms, r.entries
+        ));
+    }
+    table.push_str(&format!(
+        "| replay of {replayed:.0} entries (open) | {:.3} s | < 1 s | {} |\n",
+        replay_secs,
+        if replay_secs < 1.0 { "met" } else { "missed" }
+    ));
+    table.push_str(&format!(
+        "| RSS of the replaying process (VmHWM / VmRSS after open) | {:.1} / {:.1} MiB | | |\n",
+        hwm / 1024.0,
+        rss / 1024.0
+    ));
+    println!("{table}");
+    if let Some(out) = out {
+        if let Err(e) = std::fs::write(&out, &table) {
+            eprintln!("writing {}: {e}", out.display());
+        }
+    }
+}

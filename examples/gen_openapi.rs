@@ -1,0 +1,159 @@
+//! Writes `src/api/openapi/v3.json`: one OpenAPI v3 document per served group version, built
+//! from k8s-openapi's schemas (dev-only; the server embeds the output).
+//!
+//! Run after adding a kind to `kube::resources::RESOURCES` (and a line to `schema_for`):
+//! `cargo run --example gen_openapi`.
+//!
+//! Each document has `components.schemas` for the kinds and every type they reference, with
+//! `x-kubernetes-group-version-kind` on the kinds, and one PATCH path per resource that lists
+//! the `fieldValidation` query parameter. kubectl reads that parameter to decide that the server
+//! validates fields itself (as kube-apiserver does), and `kubectl explain` reads the schemas.
+//! The PATCH request body deliberately omits `application/strategic-merge-patch+json`: these
+//! schemas carry no patch-merge-key extensions, so kubectl must compute strategic merge patches
+//! from its compiled-in types instead of from this document.
+
+use std::path::PathBuf;
+
+use k8s_openapi::api::{coordination, core, discovery, events};
+use litek8s::kube::resources::{ResourceInfo, RESOURCES};
+use schemars::generate::SchemaSettings;
+use schemars::SchemaGenerator;
+use serde_json::{json, Map, Value};
+
+/// Adds the schema of `r`'s kind to the generator and returns its definition name.
+fn schema_for(generator: &mut SchemaGenerator, r: &ResourceInfo) -> String {
+    macro_rules! name {
+        ($t:ty) => {{
+            generator.subschema_for::<$t>();
+            <$t as schemars::JsonSchema>::schema_name().into_owned()
+        }};
+    }
+    match (r.group, r.version, r.kind) {
+        ("", "v1", "Namespace") => name!(core::v1::Namespace),
+        ("", "v1", "Node") => name!(core::v1::Node),
+        ("", "v1", "Pod") => name!(core::v1::Pod),
+        ("", "v1", "Service") => name!(core::v1::Service),
+        ("", "v1", "Endpoints") => name!(core::v1::Endpoints),
+        ("", "v1", "ConfigMap") => name!(core::v1::ConfigMap),
+        ("", "v1", "Secret") => name!(core::v1::Secret),
+        ("", "v1", "ServiceAccount") => name!(core::v1::ServiceAccount),
+        ("", "v1", "Event") => name!(core::v1::Event),
+        ("events.k8s.io", "v1", "Event") => name!(events::v1::Event),
+        ("discovery.k8s.io", "v1", "EndpointSlice") => name!(discovery::v1::EndpointSlice),
+        ("coordination.k8s.io", "v1", "Lease") => name!(coordination::v1::Lease),
+        (g, v, k) => panic!("no k8s-openapi type mapped for {g}/{v} {k}; add it to schema_for"),
+    }
+}
+
+/// `api/v1` or `apis/<group>/<version>`: the key in `/openapi/v3` and the URL prefix.
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+const PATCH_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
+
+fn query_param(name: &str, description: &str, kind: &str) -> Value {
+    json!({"name": name, "in": "query", "description": description,
+           "schema": {"type": kind, "uniqueItems": true}})
+}
+
+/// The PATCH operation on one object of `r`, as kube-apiserver publishes it (trimmed).
+fn patch_path(r: &ResourceInfo, kind_schema: &str) -> (String, Value) {
+    let prefix = format!("/{}", gv_path(r.group, r.version));
+    let url = if r.namespaced {
+        format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.plural)
+    } else {
+        format!("{prefix}/{}/{{name}}", r.plural)
+    };
+    let mut parameters = vec![json!({"name": "name", "in": "path", "required": true,
+        "description": format!("name of the {}", r.kind), "schema": {"type": "string", "uniqueItems": true}})];
+    if r.namespaced {
+        parameters.push(json!({"name": "namespace", "in": "path", "required": true,
+            "description": "object name and auth scope, such as for teams and projects",
+            "schema": {"type": "string", "uniqueItems": true}}));
+    }
+    let body = json!({"schema": {"$ref": format!("#/components/schemas/{PATCH_SCHEMA}")}});
+    let response = json!({"schema": {"$ref": format!("#/components/schemas/{kind_schema}")}});
+    let op = json!({
+        "tags": [r.api_version().replace(['/', '.'], "_")],
+        "description": format!("partially update the specified {}", r.kind),
+        "operationId": format!("patch{}", r.kind),
+        "parameters": [
+            query_param("dryRun", "When present, indicates that modifications should not be persisted.", "string"),
+            query_param("fieldManager", "fieldManager is a name associated with the actor or entity that is making these changes.", "string"),
+            query_param("fieldValidation", "fieldValidation instructs the server on how to handle objects in the request (POST/PUT/PATCH) containing unknown or duplicate fields. Valid values are: Ignore, Warn and Strict.", "string"),
+            query_param("force", "Force is going to \"force\" Apply requests.", "boolean"),
+        ],
+        "requestBody": {"content": {
+            "application/apply-patch+yaml": body,
+            "application/json-patch+json": body,
+            "application/merge-patch+json": body,
+        }, "required": true},
+        "responses": {
+            "200": {"description": "OK", "content": {"application/json": response}},
+            "201": {"description": "Created", "content": {"application/json": response}},
+        },
+        "x-kubernetes-action": "patch",
+        "x-kubernetes-group-version-kind": {"group": r.group, "version": r.version, "kind": r.kind},
+    });
+    (url, json!({"parameters": parameters, "patch": op}))
+}
+
+fn document(group: &str, version: &str) -> Value {
+    let mut generator = SchemaSettings::openapi3().into_generator();
+    let kinds: Vec<(&ResourceInfo, String)> = RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .map(|r| (r, schema_for(&mut generator, r)))
+        .collect();
+    let mut schemas: Map<String, Value> = generator.take_definitions(true);
+    let mut paths = Map::new();
+    for (r, name) in &kinds {
+        if let Some(Value::Object(schema)) = schemas.get_mut(name) {
+            schema.insert(
+                "x-kubernetes-group-version-kind".into(),
+                json!([{"group": r.group, "kind": r.kind, "version": r.version}]),
+            );
+            // k8s-openapi marks metadata required; kube-apiserver does not (generateName).
+            if schema.get("required") == Some(&json!(["metadata"])) {
+                schema.remove("required");
+            }
+        }
+        let (url, item) = patch_path(r, name);
+        paths.insert(url, item);
+    }
+    schemas.insert(
+        PATCH_SCHEMA.into(),
+        json!({"description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body.", "type": "object"}),
+    );
+    let mut sorted: Vec<(String, Value)> = schemas.into_iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "litek8s"},
+        "paths": paths,
+        "components": {"schemas": Map::from_iter(sorted)},
+    })
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut versions: Vec<(&str, &str)> = Vec::new();
+    for r in RESOURCES {
+        if !versions.contains(&(r.group, r.version)) {
+            versions.push((r.group, r.version));
+        }
+    }
+    let mut out = Map::new();
+    for (group, version) in versions {
+        out.insert(gv_path(group, version), document(group, version));
+    }
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/api/openapi/v3.json");
+    let bytes = serde_json::to_vec(&Value::Object(out))?;
+    std::fs::write(&path, &bytes)?;
+    println!("wrote {} ({} bytes)", path.display(), bytes.len());
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! Namespace deletion: DELETE marks the namespace Terminating (deletionTimestamp and
+//! status.phase), then a spawned purge task deletes everything in it, waits for finalizers of
+//! its contents to clear, and finally removes the namespace itself. Also PUT `…/finalize`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::create::Written;
+use super::request::ApiRequest;
+use super::status::{ApiError, Gr};
+use super::{body, meta, ApiBody, ApiContext};
+use crate::kube::mutation::{Mutation, Precondition};
+use crate::kube::object::{ObjectKey, ObjectRef};
+use crate::kube::resources::{self, ResourceInfo};
+
+pub fn is_namespace(info: &ResourceInfo) -> bool {
+    info.group.is_empty() && info.plural == "namespaces"
+}
+
+/// How long the purge task waits for a change before looking again.
+const PURGE_POLL: Duration = Duration::from_secs(2);
+
+/// Starts deleting a namespace.
+pub async fn begin_delete(
+    req: &ApiRequest,
+    current: &ObjectRef,
+    dry_run: bool,
+) -> Result<Written, ApiError> {
+    let mut value = current.value();
+    if meta::is_deleting(&value) {
+        return Err(ApiError::Conflict {
+            gr: Gr::of(req.info()),
+            name: current.key.name.clone(),
+            detail: "The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system.".into(),
+        });
+    }
+    let md = meta::metadata_mut(&mut value);
+    md.insert("deletionTimestamp".into(), json!(meta::now_rfc3339()));
+    md.insert("deletionGracePeriodSeconds".into(), json!(0));
+    meta::set_path(&mut value, &["status", "phase"], json!("Terminating"));
+    if dry_run {
+        return Ok(Written::DryRun(value));
+    }
+    let stored = req
+        .ctx
+        .writer
+        .write(Mutation::Update {
+            key: current.key.clone(),
+            object: value,
+            precondition: Precondition::at(current.resource_version),
+        })
+        .await
+        .map_err(|e| ApiError::from_write(req.info(), e))?;
+    let ctx = req.ctx.clone();
+    let (name, uid) = (stored.key.name.clone(), stored.uid.clone());
+    tokio::spawn(async move { purge(ctx, name, uid).await });
+    Ok(Written::Stored(stored))
+}
+
+/// Deletes the contents of namespace `name` (uid `uid`), then the namespace.
+async fn purge(ctx: Arc<ApiContext>, name: String, uid: String) {
+    let ns_key = ObjectKey::new("namespaces", "", name.clone());
+    let mut versions = ctx.store.applied_versions();
+    loop {
+        match ctx.store.get(&ns_key) {
+            Some(ns) if ns.uid == uid => {}
+            _ => return,
+        }
+        let remaining = purge_pass(&ctx, &name).await;
+        if remaining == 0 {
+            finish(&ctx, &ns_key, &uid).await;
+            return;
+        }
+        // Objects with finalizers remain: look again after the next change (or a while).
+        let _ = tokio::time::timeout(PURGE_POLL, versions.changed()).await;
+    }
+}
+
+/// One pass over every namespaced kind; returns how many objects are still there.
+async fn purge_pass(ctx: &ApiContext, namespace: &str) -> usize {
+    let snapshot = ctx.store.snapshot();
+    let mut remaining = 0;
+    for info in resources::RESOURCES.iter().filter(|r| r.namespaced) {
+        let objects: Vec<ObjectRef> = snapshot
+            .range(&info.store_key(), Some(namespace), None)
+            .cloned()
+            .collect();
+        for object in objects {
+            remaining += 1;
+            let mut value = object.value();
+            let mutation = if meta::finalizers(&value).is_empty() {
+                Mutation::Delete {
+                    key: object.key.clone(),
+                    precondition: Precondition::at(object.resource_version),
+                }
+            } else if meta::is_deleting(&value) {
+                continue;
+            } else {
+                let md = meta::metadata_mut(&mut value);
+                md.insert("deletionTimestamp".into(), json!(meta::now_rfc3339()));
+                md.insert("deletionGracePeriodSeconds".into(), json!(0));
+                Mutation::Update {
+                    key: object.key.clone(),
+                    object: value,
+                    precondition: Precondition::at(object.resource_version),
+                }
+            };
+            if let Err(e) = ctx.writer.write(mutation).await {
+                tracing::debug!(key = %object.key, error = %e, "namespace purge: write lost a race");
+            }
+        }
+    }
+    remaining
+}
+
+/// Clears the namespace's finalizers and removes it.
+async fn finish(ctx: &ApiContext, key: &ObjectKey, uid: &str) {
+    let Some(ns) = ctx.store.get(key) else { return };
+    let mut value = ns.value();
+    if let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert("finalizers".into(), json!([]));
+    }
+    let cleared = ctx
+        .writer
+        .write(Mutation::Update {
+            key: key.clone(),
+            object: value,
+            precondition: Precondition {
+                resource_version: Some(ns.resource_version),
+                uid: Some(uid.to_string()),
+            },
+        })
+        .await;
+    let Ok(cleared) = cleared else { return };
+    if meta::finalizers(&cleared.value()).is_empty() {
+        let deleted = ctx
+            .writer
+            .write(Mutation::Delete {
+                key: key.clone(),
+                precondition: Precondition {
+                    resource_version: Some(cleared.resource_version),
+                    uid: Some(uid.to_string()),
+                },
+            })
+            .await;
+        if let Err(e) = deleted {
+            tracing::warn!(namespace = %key.name, error = %e, "namespace purge: final delete failed");
+        }
+    }
+}
+
+/// PUT `/api/v1/namespaces/NAME/finalize`: replaces `spec.finalizers`.
+pub async fn finalize(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
+    let name = req.name().to_string();
+    let wanted = body::decode_object(&req.body, body::encoding(&req.content_type)?)?;
+    let current = req
+        .ctx
+        .store
+        .get(&req.target.key(&name))
+        .ok_or_else(|| ApiError::not_found(req.info(), &name))?;
+    let mut value = current.value();
+    let finalizers = wanted
+        .pointer("/spec/finalizers")
+        .cloned()
+        .unwrap_or_else(|| json!([]));
+    meta::set_path(&mut value, &["spec", "finalizers"], finalizers);
+    let stored = req
+        .ctx
+        .writer
+        .write(Mutation::Update {
+            key: current.key.clone(),
+            object: value,
+            precondition: Precondition::at(current.resource_version),
+        })
+        .await
+        .map_err(|e| ApiError::from_write(req.info(), e))?;
+    Written::Stored(stored).respond(req, StatusCode::OK)
+}

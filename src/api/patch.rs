@@ -1,0 +1,144 @@
+//! PATCH of an object or its `status`: JSON Patch, JSON merge patch, strategic merge patch and
+//! (for now) server-side apply treated as a merge patch that creates a missing object. The
+//! patch is re-applied to the latest version when a concurrent write wins, like upstream's
+//! GuaranteedUpdate.
+
+use http::{Response, StatusCode};
+use serde_json::Value;
+
+use super::request::ApiRequest;
+use super::status::{ApiError, Cause};
+use super::update::{body_rv, is_conflict, replace, MAX_ATTEMPTS};
+use super::{body, create, validation, ApiBody};
+use crate::kube::patch::{self as patches, PatchError};
+use crate::kube::resources::ResourceInfo;
+
+/// The patch formats, by Content-Type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    Json,
+    Merge,
+    Strategic,
+    Apply,
+}
+
+const ACCEPTED: &str = "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml";
+
+pub fn patch_kind(content_type: &str) -> Result<PatchKind, ApiError> {
+    match content_type.split(';').next().unwrap_or("").trim() {
+        "application/json-patch+json" => Ok(PatchKind::Json),
+        "application/merge-patch+json" => Ok(PatchKind::Merge),
+        "application/strategic-merge-patch+json" => Ok(PatchKind::Strategic),
+        "application/apply-patch+yaml" => Ok(PatchKind::Apply),
+        _ => Err(ApiError::UnsupportedMediaType(ACCEPTED.into())),
+    }
+}
+
+fn patch_error(info: &ResourceInfo, name: &str, e: PatchError) -> ApiError {
+    match e {
+        PatchError::Malformed(m) => ApiError::BadRequest(m),
+        PatchError::NotApplicable(m) => ApiError::invalid(
+            info,
+            name,
+            vec![Cause {
+                reason: "FieldValueInvalid",
+                field: "patch".into(),
+                message: m,
+            }],
+        ),
+    }
+}
+
+fn apply_patch(
+    info: &ResourceInfo,
+    name: &str,
+    kind: PatchKind,
+    target: &Value,
+    patch: &Value,
+) -> Result<Value, ApiError> {
+    let result = match kind {
+        PatchKind::Json => patches::apply_json_patch(target, patch),
+        PatchKind::Merge | PatchKind::Apply => patches::apply_merge_patch(target, patch),
+        PatchKind::Strategic => patches::apply_strategic_merge_patch(info, target, patch),
+    };
+    result.map_err(|e| patch_error(info, name, e))
+}
+
+/// Serves PATCH on a named object or its status.
+pub async fn patch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
+    let info = req.info();
+    let name = req.name().to_string();
+    let kind = patch_kind(&req.content_type)?;
+    let encoding = if kind == PatchKind::Apply {
+        body::Encoding::Yaml
+    } else {
+        body::Encoding::Json
+    };
+    let patch = body::decode(&req.body, encoding)?;
+    match kind {
+        PatchKind::Json if !patch.is_array() => {
+            return Err(ApiError::BadRequest(
+                "json patch must be an array of operations".into(),
+            ))
+        }
+        PatchKind::Merge | PatchKind::Strategic | PatchKind::Apply if !patch.is_object() => {
+            return Err(ApiError::BadRequest("patch must be a JSON object".into()))
+        }
+        _ => {}
+    }
+    let status_only = req.target.subresource.as_deref() == Some("status");
+    for _ in 0..MAX_ATTEMPTS {
+        let Some(current) = req.ctx.store.get(&req.target.key(&name)) else {
+            if kind == PatchKind::Apply && !status_only {
+                let mut object = patch.clone();
+                validation::check_body_name(&mut object, &name)?;
+                let written = create::create(req, object).await?;
+                return written.respond(req, StatusCode::CREATED);
+            }
+            return Err(ApiError::not_found(info, &name));
+        };
+        let mut patched = apply_patch(info, &name, kind, &current.value(), &patch)?;
+        if !patched.is_object() {
+            return Err(ApiError::BadRequest(
+                "the patched object is not an object".into(),
+            ));
+        }
+        validation::check_type(info, &mut patched)?;
+        validation::check_body_name(&mut patched, &name)?;
+        validation::check_namespace(info, req.target.namespace.as_deref(), &mut patched)?;
+        let client_rv = body_rv(&patched)?;
+        if client_rv.is_some_and(|rv| rv != current.resource_version) {
+            return Err(ApiError::conflict_modified(info, &name));
+        }
+        // A precondition the patch itself carried must not be retried past.
+        let pinned = matches!(
+            kind,
+            PatchKind::Json | PatchKind::Merge | PatchKind::Strategic
+        ) && patch.pointer("/metadata/resourceVersion").is_some();
+        match replace(req, &current, patched, status_only).await {
+            Err(e) if is_conflict(&e) && !pinned => continue,
+            Err(e) => return Err(e),
+            Ok(written) => return written.respond(req, StatusCode::OK),
+        }
+    }
+    Err(ApiError::conflict_modified(info, &name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_types() {
+        assert_eq!(
+            patch_kind("application/strategic-merge-patch+json").unwrap(),
+            PatchKind::Strategic
+        );
+        assert_eq!(
+            patch_kind("application/apply-patch+yaml; charset=utf-8").unwrap(),
+            PatchKind::Apply
+        );
+        let e = patch_kind("application/json").unwrap_err();
+        assert_eq!(e.code(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    }
+}

@@ -1,0 +1,411 @@
+use chrono::{Duration, TimeZone, Utc};
+use serde_json::json;
+
+use super::*;
+use crate::kube::resources::{self, RESOURCES};
+
+fn now() -> chrono::DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 1, 10, 12, 0, 0).unwrap()
+}
+
+fn info(group: &str, plural: &str) -> &'static ResourceInfo {
+    resources::find(group, "v1", plural).unwrap()
+}
+
+fn headers(info: &ResourceInfo) -> Vec<(String, u64)> {
+    column_definitions(info)
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_uppercase(),
+                c["priority"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn normal(info: &ResourceInfo) -> Vec<String> {
+    headers(info)
+        .into_iter()
+        .filter(|(_, p)| *p == 0)
+        .map(|(n, _)| n)
+        .collect()
+}
+
+fn wide_only(info: &ResourceInfo) -> Vec<String> {
+    headers(info)
+        .into_iter()
+        .filter(|(_, p)| *p == 1)
+        .map(|(n, _)| n)
+        .collect()
+}
+
+fn cells(info: &ResourceInfo, obj: Value) -> Vec<Value> {
+    let table = render(info, &[obj], json!({}), IncludeObject::None, now());
+    table["rows"][0]["cells"].as_array().unwrap().clone()
+}
+
+fn created(ago: Duration) -> String {
+    (now() - ago).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+#[test]
+fn human_duration_matches_apimachinery() {
+    let cases = [
+        (-5, "<invalid>"),
+        (-1, "0s"),
+        (0, "0s"),
+        (5, "5s"),
+        (119, "119s"),
+        (120, "2m"),
+        (150, "2m30s"),
+        (9 * 60 + 59, "9m59s"),
+        (10 * 60 + 30, "10m"),
+        (179 * 60, "179m"),
+        (3 * 3600, "3h"),
+        (3 * 3600 + 10 * 60, "3h10m"),
+        (8 * 3600 + 59 * 60, "8h"),
+        (47 * 3600, "47h"),
+        (48 * 3600, "2d"),
+        (5 * 86400 + 2 * 3600, "5d2h"),
+        (8 * 86400, "8d"),
+        (729 * 86400, "729d"),
+        (730 * 86400, "2y"),
+        (740 * 86400, "2y10d"),
+        (9 * 365 * 86400, "9y"),
+    ];
+    for (secs, want) in cases {
+        assert_eq!(human_duration(Duration::seconds(secs)), want, "{secs}s");
+    }
+}
+
+#[test]
+fn column_sets_match_kube_apiserver() {
+    assert_eq!(normal(info("", "namespaces")), ["NAME", "STATUS", "AGE"]);
+    assert_eq!(
+        normal(info("", "nodes")),
+        ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    );
+    assert_eq!(
+        wide_only(info("", "nodes")),
+        [
+            "INTERNAL-IP",
+            "EXTERNAL-IP",
+            "OS-IMAGE",
+            "KERNEL-VERSION",
+            "CONTAINER-RUNTIME"
+        ]
+    );
+    assert_eq!(
+        normal(info("", "pods")),
+        ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    );
+    assert_eq!(
+        wide_only(info("", "pods")),
+        ["IP", "NODE", "NOMINATED NODE", "READINESS GATES"]
+    );
+    assert_eq!(
+        normal(info("", "services")),
+        [
+            "NAME",
+            "TYPE",
+            "CLUSTER-IP",
+            "EXTERNAL-IP",
+            "PORT(S)",
+            "AGE"
+        ]
+    );
+    assert_eq!(wide_only(info("", "services")), ["SELECTOR"]);
+    assert_eq!(normal(info("", "endpoints")), ["NAME", "ENDPOINTS", "AGE"]);
+    assert_eq!(
+        normal(info("discovery.k8s.io", "endpointslices")),
+        ["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"]
+    );
+    assert_eq!(normal(info("", "configmaps")), ["NAME", "DATA", "AGE"]);
+    assert_eq!(normal(info("", "secrets")), ["NAME", "TYPE", "DATA", "AGE"]);
+    assert_eq!(
+        normal(info("", "serviceaccounts")),
+        ["NAME", "SECRETS", "AGE"]
+    );
+    for group in ["", "events.k8s.io"] {
+        assert_eq!(
+            normal(info(group, "events")),
+            ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+        );
+        assert_eq!(
+            wide_only(info(group, "events")),
+            ["SUBOBJECT", "SOURCE", "FIRST SEEN", "COUNT", "NAME"]
+        );
+    }
+    assert_eq!(
+        normal(info("coordination.k8s.io", "leases")),
+        ["NAME", "HOLDER", "AGE"]
+    );
+    // Every served kind has a name column with format "name", and every row has one cell per
+    // column.
+    for r in RESOURCES {
+        let defs = column_definitions(r);
+        assert_eq!(
+            defs.iter().filter(|c| c["format"] == "name").count(),
+            1,
+            "{}",
+            r.kind
+        );
+        let row = cells(r, json!({"metadata": {"name": "x"}}));
+        assert_eq!(row.len(), defs.len(), "{}", r.kind);
+    }
+}
+
+#[test]
+fn unknown_kind_gets_name_and_age() {
+    let fake = ResourceInfo {
+        group: "example.com",
+        version: "v1",
+        kind: "Widget",
+        plural: "widgets",
+        singular: "widget",
+        short_names: &[],
+        categories: &[],
+        namespaced: true,
+        has_status: false,
+        tracks_generation: true,
+        selectable_fields: &[],
+    };
+    assert_eq!(normal(&fake), ["NAME", "AGE"]);
+    let row = cells(
+        &fake,
+        json!({"metadata": {"name": "w", "creationTimestamp": created(Duration::seconds(150))}}),
+    );
+    assert_eq!(row, [json!("w"), json!("2m30s")]);
+    let row = cells(&fake, json!({"metadata": {"name": "w"}}));
+    assert_eq!(row[1], "<unknown>");
+}
+
+#[test]
+fn table_shape_and_include_object() {
+    let cm = json!({"kind": "ConfigMap", "apiVersion": "v1",
+        "metadata": {"name": "c", "namespace": "default", "resourceVersion": "7",
+                     "labels": {"a": "b"}, "creationTimestamp": created(Duration::seconds(5))},
+        "data": {"k": "v", "k2": "v"}, "binaryData": {"b": "AA=="}});
+    let info = info("", "configmaps");
+    let meta = json!({"resourceVersion": "9"});
+    let table = render(
+        info,
+        std::slice::from_ref(&cm),
+        meta.clone(),
+        IncludeObject::Metadata,
+        now(),
+    );
+    assert_eq!(table["kind"], "Table");
+    assert_eq!(table["apiVersion"], "meta.k8s.io/v1");
+    assert_eq!(table["metadata"], meta);
+    assert_eq!(table["columnDefinitions"][0]["format"], "name");
+    let row = &table["rows"][0];
+    assert_eq!(row["cells"], json!(["c", 3, "5s"]));
+    assert_eq!(row["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(row["object"]["apiVersion"], "meta.k8s.io/v1");
+    assert_eq!(row["object"]["metadata"], cm["metadata"]);
+    let table = render(
+        info,
+        std::slice::from_ref(&cm),
+        json!({}),
+        IncludeObject::Object,
+        now(),
+    );
+    assert_eq!(table["rows"][0]["object"], cm);
+    let table = render(info, &[cm], json!({}), IncludeObject::None, now());
+    assert!(table["rows"][0].get("object").is_none());
+    let table = render(info, &[], json!({}), IncludeObject::Metadata, now());
+    assert_eq!(table["rows"], json!([]));
+    assert_eq!(IncludeObject::from_query(None), IncludeObject::Metadata);
+    assert_eq!(
+        IncludeObject::from_query(Some("Object")),
+        IncludeObject::Object
+    );
+    assert_eq!(IncludeObject::from_query(Some("None")), IncludeObject::None);
+}
+
+#[test]
+fn pod_cells() {
+    let pods = info("", "pods");
+    let pending = json!({"metadata": {"name": "p", "creationTimestamp": created(Duration::minutes(3))},
+        "spec": {"containers": [{"name": "a"}, {"name": "b"}]},
+        "status": {"phase": "Pending"}});
+    assert_eq!(
+        cells(pods, pending),
+        json!(["p", "0/2", "Pending", "0", "3m", "<none>", "<none>", "<none>", "<none>"])
+            .as_array()
+            .unwrap()
+            .clone()
+    );
+    let running = json!({"metadata": {"name": "p", "creationTimestamp": created(Duration::hours(2))},
+        "spec": {"nodeName": "n1", "containers": [{"name": "a"}, {"name": "b"}],
+                 "readinessGates": [{"conditionType": "x/ready"}]},
+        "status": {"phase": "Running", "podIPs": [{"ip": "10.1.0.4"}],
+            "conditions": [{"type": "Ready", "status": "True"}, {"type": "x/ready", "status": "False"}],
+            "containerStatuses": [
+                {"name": "a", "ready": true, "restartCount": 2, "state": {"running": {}},
+                 "lastState": {"terminated": {"exitCode": 1, "finishedAt": created(Duration::seconds(90))}}},
+                {"name": "b", "ready": false, "restartCount": 0,
+                 "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}});
+    let row = cells(pods, running);
+    assert_eq!(row[1], "1/2");
+    assert_eq!(row[2], "CrashLoopBackOff");
+    assert_eq!(row[3], "2 (90s ago)");
+    assert_eq!(row[5], "10.1.0.4");
+    assert_eq!(row[6], "n1");
+    assert_eq!(row[8], "0/1");
+    let init = json!({"metadata": {"name": "p"},
+        "spec": {"initContainers": [{"name": "i1"}, {"name": "i2"}], "containers": [{"name": "a"}]},
+        "status": {"phase": "Pending", "initContainerStatuses": [
+            {"name": "i1", "state": {"terminated": {"exitCode": 0}}},
+            {"name": "i2", "state": {"running": {}}}]}});
+    assert_eq!(cells(pods, init)[2], "Init:1/2");
+    let deleting = json!({"metadata": {"name": "p", "deletionTimestamp": created(Duration::seconds(1))},
+        "spec": {"containers": [{"name": "a"}]}, "status": {"phase": "Running"}});
+    assert_eq!(cells(pods, deleting)[2], "Terminating");
+    let done = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a"}]},
+        "status": {"phase": "Succeeded", "containerStatuses": [
+            {"name": "a", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}});
+    let table = render(pods, &[done], json!({}), IncludeObject::None, now());
+    assert_eq!(table["rows"][0]["cells"][2], "Completed");
+    assert_eq!(table["rows"][0]["conditions"][0]["reason"], "Succeeded");
+}
+
+#[test]
+fn node_service_and_endpoint_cells() {
+    let node = json!({"metadata": {"name": "n1", "labels": {
+            "node-role.kubernetes.io/control-plane": "", "kubernetes.io/role": "worker"}},
+        "spec": {"unschedulable": true},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}],
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.5"}],
+            "nodeInfo": {"kubeletVersion": "v1.33.0", "osImage": "Debian"}}});
+    let row = cells(info("", "nodes"), node);
+    assert_eq!(row[1], "Ready,SchedulingDisabled");
+    assert_eq!(row[2], "control-plane,worker");
+    assert_eq!(row[4], "v1.33.0");
+    assert_eq!(row[5], "10.0.0.5");
+    assert_eq!(row[6], "<none>");
+    assert_eq!(row[7], "Debian");
+    assert_eq!(row[8], "<unknown>");
+    let bare = cells(info("", "nodes"), json!({"metadata": {"name": "n2"}}));
+    assert_eq!(bare[1], "Unknown");
+    assert_eq!(bare[2], "<none>");
+
+    let svc = json!({"metadata": {"name": "s"},
+        "spec": {"type": "NodePort", "clusterIPs": ["10.96.0.10"], "selector": {"b": "2", "a": "1"},
+            "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}]}});
+    let row = cells(info("", "services"), svc);
+    assert_eq!(
+        row[1..5],
+        [
+            json!("NodePort"),
+            json!("10.96.0.10"),
+            json!("<none>"),
+            json!("80:30080/TCP,53/UDP")
+        ]
+    );
+    assert_eq!(row[6], "a=1,b=2");
+    let lb =
+        json!({"metadata": {"name": "s"}, "spec": {"type": "LoadBalancer", "clusterIP": "None"}});
+    let row = cells(info("", "services"), lb);
+    assert_eq!(row[2], "None");
+    assert_eq!(row[3], "<pending>");
+    assert_eq!(row[4], "<none>");
+    assert_eq!(row[6], "<none>");
+
+    let ep = json!({"metadata": {"name": "e"}, "subsets": [
+        {"addresses": [{"ip": "10.1.0.1"}, {"ip": "fd00::1"}], "ports": [{"port": 80}, {"port": 443}]}]});
+    assert_eq!(
+        cells(info("", "endpoints"), ep)[1],
+        "10.1.0.1:80,[fd00::1]:80,10.1.0.1:443 + 1 more..."
+    );
+    assert_eq!(
+        cells(info("", "endpoints"), json!({"metadata": {"name": "e"}}))[1],
+        "<none>"
+    );
+
+    let slice = json!({"metadata": {"name": "s-abc"}, "addressType": "IPv4",
+        "ports": [{"port": 80}, {"name": "dns"}, {}],
+        "endpoints": [{"addresses": ["10.1.0.1"]}, {"addresses": ["10.1.0.2"]}]});
+    let row = cells(info("discovery.k8s.io", "endpointslices"), slice);
+    assert_eq!(
+        row[1..4],
+        [json!("IPv4"), json!("80,dns,*"), json!("10.1.0.1,10.1.0.2")]
+    );
+    let empty = cells(
+        info("discovery.k8s.io", "endpointslices"),
+        json!({"metadata": {"name": "x"}}),
+    );
+    assert_eq!(empty[2], "<unset>");
+    assert_eq!(empty[3], "<unset>");
+}
+
+#[test]
+fn small_kinds_cells() {
+    let t = created(Duration::days(3));
+    let ns = json!({"metadata": {"name": "default", "creationTimestamp": t}, "status": {"phase": "Active"}});
+    assert_eq!(
+        cells(info("", "namespaces"), ns),
+        [json!("default"), json!("Active"), json!("3d")]
+    );
+    let secret = json!({"metadata": {"name": "s"}, "type": "Opaque", "data": {"a": "", "b": ""}});
+    assert_eq!(
+        cells(info("", "secrets"), secret)[1..3],
+        [json!("Opaque"), json!(2)]
+    );
+    let sa = json!({"metadata": {"name": "default"}});
+    assert_eq!(cells(info("", "serviceaccounts"), sa)[1], 0);
+    let lease = json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "me"}});
+    assert_eq!(cells(info("coordination.k8s.io", "leases"), lease)[1], "me");
+    let no_holder = json!({"metadata": {"name": "l"}, "spec": {}});
+    assert_eq!(
+        cells(info("coordination.k8s.io", "leases"), no_holder)[1],
+        ""
+    );
+}
+
+#[test]
+fn event_cells_both_versions() {
+    let core = json!({"metadata": {"name": "p.123"},
+        "involvedObject": {"kind": "Pod", "name": "p", "fieldPath": "spec.containers{a}"},
+        "reason": "Pulled", "message": " pulled \n", "type": "Normal",
+        "source": {"component": "kubelet", "host": "n1"},
+        "firstTimestamp": created(Duration::minutes(5)), "lastTimestamp": created(Duration::seconds(30)),
+        "count": 4});
+    assert_eq!(
+        cells(info("", "events"), core),
+        json!([
+            "30s",
+            "Normal",
+            "Pulled",
+            "pod/p",
+            "spec.containers{a}",
+            "kubelet, n1",
+            "pulled",
+            "5m",
+            4,
+            "p.123"
+        ])
+        .as_array()
+        .unwrap()
+        .clone()
+    );
+    let new = json!({"metadata": {"name": "e"}, "regarding": {"kind": "Node", "name": "n1"},
+        "reason": "Starting", "note": "hi", "type": "Normal",
+        "reportingController": "kubelet", "eventTime": "2026-01-10T11:59:00.000000Z"});
+    let row = cells(info("events.k8s.io", "events"), new);
+    assert_eq!(row[0], "60s");
+    assert_eq!(row[3], "node/n1");
+    assert_eq!(row[5], "kubelet");
+    assert_eq!(row[6], "hi");
+    assert_eq!(row[7], "60s");
+    assert_eq!(row[8], 1);
+    let series = json!({"metadata": {"name": "e"}, "involvedObject": {"kind": "Pod"},
+        "series": {"count": 7, "lastObservedTime": "2026-01-10T11:59:50.000000Z"}});
+    let row = cells(info("", "events"), series);
+    assert_eq!(row[0], "10s");
+    assert_eq!(row[3], "pod");
+    assert_eq!(row[7], "<unknown>");
+    assert_eq!(row[8], 7);
+}

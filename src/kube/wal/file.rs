@@ -1,0 +1,107 @@
+//! The file primitives of `objects.wal`: positioned writes and syncs behind a small trait (so
+//! tests can inject failures), zero-filled preallocation, and the data-directory lock.
+//!
+//! The file is grown in zero-filled chunks, so an ordinary append overwrites zeros inside the
+//! file and `fdatasync` has no file-size metadata to journal. Zeros after the last record mean
+//! "end" (see `storage::record`).
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// The log itself.
+pub(super) const WAL_FILE: &str = "objects.wal";
+/// A checkpoint being built; renamed over `objects.wal` once complete and durable.
+pub(super) const TMP_FILE: &str = "objects.wal.tmp";
+
+/// Zeros are written in pieces of this size while preallocating.
+const ZERO_PIECE: usize = 1 << 20;
+
+/// The two operations of the append path that can fail in ways the WAL must survive
+/// correctly (by poisoning itself). Tests swap in an implementation that fails on demand.
+pub(crate) trait FileIo: Send + Sync + 'static {
+    fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()>;
+    fn sync_data(&self, file: &File) -> io::Result<()>;
+}
+
+/// The real thing: `pwrite` and `fdatasync`.
+pub(crate) struct RealIo;
+
+impl FileIo for RealIo {
+    fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+        file.write_all_at(buf, offset)
+    }
+
+    fn sync_data(&self, file: &File) -> io::Result<()> {
+        file.sync_data()
+    }
+}
+
+/// `n` rounded up to a multiple of `chunk` (a chunk of 0 counts as 1).
+pub(super) fn round_up(n: u64, chunk: u64) -> u64 {
+    let chunk = chunk.max(1);
+    n.div_ceil(chunk) * chunk
+}
+
+/// Writes zeros over `[from, to)`.
+pub(super) fn zero_fill(io: &dyn FileIo, file: &File, from: u64, to: u64) -> io::Result<()> {
+    let zeros = vec![0u8; ZERO_PIECE.min(to.saturating_sub(from) as usize)];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(zeros.len() as u64) as usize;
+        io.write_at(file, &zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// The open `objects.wal` (or the checkpoint that is about to replace it).
+#[derive(Debug)]
+pub(super) struct Segment {
+    pub file: File,
+    /// Where the next record goes: just past the last record.
+    pub end: u64,
+    /// The file's length; everything in `[end, len)` is zero.
+    pub len: u64,
+}
+
+impl Segment {
+    /// Writes `bytes` at the end, growing the file by zero-filled chunks of `chunk` bytes when
+    /// they do not fit. Not durable until `sync_data`.
+    pub fn append(&mut self, io: &dyn FileIo, bytes: &[u8], chunk: u64) -> io::Result<()> {
+        let needed = self.end + bytes.len() as u64;
+        if needed > self.len {
+            let new_len = round_up(needed, chunk);
+            zero_fill(io, &self.file, needed.max(self.len), new_len)?;
+            self.len = new_len;
+        }
+        io.write_at(&self.file, bytes, self.end)?;
+        self.end = needed;
+        Ok(())
+    }
+}
+
+/// Holds an exclusive `flock` on the data directory so two processes never append to the same
+/// `objects.wal`. Released when dropped (or when the process dies).
+pub(super) struct DirLock {
+    _lock: nix::fcntl::Flock<File>,
+}
+
+impl std::fmt::Debug for DirLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DirLock")
+    }
+}
+
+pub(super) fn lock_dir(dir: &Path) -> io::Result<DirLock> {
+    let file = File::open(dir)?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(DirLock { _lock: lock }),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "the data directory is in use by another process (or another WAL in this one)",
+        )),
+        Err((_, errno)) => Err(io::Error::from(errno)),
+    }
+}

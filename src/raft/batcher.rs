@@ -1,0 +1,274 @@
+//! The proposer's batcher: coalesces concurrent Mutations into one Raft entry.
+//!
+//! openraft 0.9 waits for each append's fsync before it handles its next message, so one
+//! `client_write` per Mutation means one fsync per Mutation. Instead every caller queues its
+//! Proposal here; one task takes everything waiting (bounded by count and by bytes, under the
+//! 512 KiB AppendEntries cap), proposes it as one `Batch` and hands each caller its own result.
+//! While that entry commits, the next batch gathers.
+
+use std::future::Future;
+use std::io::Write;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::kube::mutation::ApplyError;
+use crate::raft::types::{Applied, Batch, BatchResponse, Proposal, TypeConfig};
+
+/// Why a proposal did not apply.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProposeError {
+    /// Committed and applied, and the store refused it (conflict, not found…).
+    #[error(transparent)]
+    Rejected(#[from] ApplyError),
+    /// Raft did not commit the batch (not the leader, shutting down, storage failed).
+    #[error("raft: {0}")]
+    Raft(String),
+    /// The batcher has stopped.
+    #[error("the proposer has stopped")]
+    Stopped,
+}
+
+/// Something that commits a Batch and returns its per-Mutation results: the Raft node, or a
+/// stand-in in tests.
+pub trait Propose: Send + Sync + 'static {
+    fn propose(
+        &self,
+        batch: Batch,
+    ) -> Pin<Box<dyn Future<Output = Result<BatchResponse, ProposeError>> + Send + '_>>;
+}
+
+impl Propose for openraft::Raft<TypeConfig> {
+    fn propose(
+        &self,
+        batch: Batch,
+    ) -> Pin<Box<dyn Future<Output = Result<BatchResponse, ProposeError>> + Send + '_>> {
+        Box::pin(async move {
+            self.client_write(batch)
+                .await
+                .map(|response| response.data)
+                .map_err(|e| ProposeError::Raft(e.to_string()))
+        })
+    }
+}
+
+/// Bounds of one batch and of the queue in front of it.
+#[derive(Debug, Clone)]
+pub struct BatchLimits {
+    pub max_count: usize,
+    /// Encoded bytes of the Proposals in one entry; leaves room under the 512 KiB
+    /// AppendEntries cap for the entry's own framing.
+    pub max_bytes: usize,
+    /// Proposals that may wait; callers beyond this wait to enqueue.
+    pub queue: usize,
+}
+
+impl Default for BatchLimits {
+    fn default() -> Self {
+        BatchLimits {
+            max_count: 4096,
+            max_bytes: (512 << 10) - (8 << 10),
+            queue: 16_384,
+        }
+    }
+}
+
+struct Request {
+    proposal: Proposal,
+    size: usize,
+    reply: oneshot::Sender<Result<Applied, ProposeError>>,
+}
+
+/// The handle callers submit through; cheap to clone.
+#[derive(Clone)]
+pub struct Batcher {
+    tx: mpsc::Sender<Request>,
+}
+
+/// Counts bytes without keeping them.
+struct Counter(usize);
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Batcher {
+    /// Starts the batching task on the current tokio runtime.
+    pub fn start<P: Propose>(proposer: Arc<P>, limits: BatchLimits) -> Batcher {
+        let (tx, rx) = mpsc::channel(limits.queue.max(1));
+        tokio::spawn(run(proposer, rx, limits));
+        Batcher { tx }
+    }
+
+    /// Proposes one Mutation; returns once it is committed and applied (or failed).
+    pub async fn submit(&self, proposal: Proposal) -> Result<Applied, ProposeError> {
+        let mut counter = Counter(0);
+        // Serializing plain data cannot fail; the size only bounds batches.
+        let _ = serde_json::to_writer(&mut counter, &proposal);
+        let (reply, rx) = oneshot::channel();
+        let request = Request {
+            proposal,
+            size: counter.0 + 1,
+            reply,
+        };
+        self.tx
+            .send(request)
+            .await
+            .map_err(|_| ProposeError::Stopped)?;
+        rx.await.map_err(|_| ProposeError::Stopped)?
+    }
+}
+
+async fn run<P: Propose>(proposer: Arc<P>, mut rx: mpsc::Receiver<Request>, limits: BatchLimits) {
+    let mut carry: Option<Request> = None;
+    loop {
+        let first = match carry.take() {
+            Some(request) => request,
+            None => match rx.recv().await {
+                Some(request) => request,
+                None => return,
+            },
+        };
+        let mut bytes = first.size;
+        let mut requests = vec![first];
+        while requests.len() < limits.max_count {
+            match rx.try_recv() {
+                Ok(request) if bytes + request.size > limits.max_bytes => {
+                    carry = Some(request);
+                    break;
+                }
+                Ok(request) => {
+                    bytes += request.size;
+                    requests.push(request);
+                }
+                Err(_) => break,
+            }
+        }
+        let mut replies = Vec::with_capacity(requests.len());
+        let proposals = requests
+            .into_iter()
+            .map(|r| {
+                replies.push(r.reply);
+                r.proposal
+            })
+            .collect();
+        match proposer.propose(Batch { proposals }).await {
+            Ok(response) if response.results.len() == replies.len() => {
+                for (reply, result) in replies.into_iter().zip(response.results) {
+                    let _ = reply.send(result.map_err(ProposeError::Rejected));
+                }
+            }
+            Ok(response) => {
+                let e = ProposeError::Raft(format!(
+                    "{} results for {} proposals",
+                    response.results.len(),
+                    replies.len()
+                ));
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+            Err(e) => {
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::mutation::Mutation;
+    use crate::kube::object::ObjectKey;
+    use crate::kube::store::{Store, StoreConfig};
+    use parking_lot::Mutex;
+
+    /// Applies batches straight to a store, recording batch sizes.
+    struct Direct {
+        store: Store,
+        sizes: Mutex<Vec<usize>>,
+    }
+
+    impl Propose for Direct {
+        fn propose(
+            &self,
+            batch: Batch,
+        ) -> Pin<Box<dyn Future<Output = Result<BatchResponse, ProposeError>> + Send + '_>>
+        {
+            Box::pin(async move {
+                self.sizes.lock().push(batch.proposals.len());
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                let results = self
+                    .store
+                    .apply_batch(batch.proposals.into_iter().map(|p| p.mutation))
+                    .into_iter()
+                    .map(|r| {
+                        r.map(|o| Applied {
+                            resource_version: o.resource_version,
+                            object: Some(o),
+                        })
+                    })
+                    .collect();
+                Ok(BatchResponse { results })
+            })
+        }
+    }
+
+    fn create(name: &str, size: usize) -> Proposal {
+        Proposal::new(Mutation::Create {
+            key: ObjectKey::new("configmaps", "default", name),
+            object: serde_json::json!({"metadata":{"name":name,"namespace":"default"},"data":{"v":"x".repeat(size)}}),
+        })
+    }
+
+    #[tokio::test]
+    async fn coalesces_and_answers_each_caller() {
+        let direct = Arc::new(Direct {
+            store: Store::new(StoreConfig::default()),
+            sizes: Mutex::new(Vec::new()),
+        });
+        let limits = BatchLimits {
+            max_count: 64,
+            max_bytes: 40 << 10,
+            queue: 1024,
+        };
+        let batcher = Batcher::start(direct.clone(), limits);
+        let mut tasks = Vec::new();
+        for i in 0..200 {
+            let b = batcher.clone();
+            // Every name twice: exactly one of each pair is rejected as AlreadyExists.
+            tasks.push(tokio::spawn(async move {
+                b.submit(create(&format!("c{}", i / 2), 1000)).await
+            }));
+        }
+        let mut ok = 0;
+        let mut rejected = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(applied) => {
+                    ok += 1;
+                    assert_eq!(
+                        applied.object.unwrap().resource_version,
+                        applied.resource_version
+                    );
+                }
+                Err(ProposeError::Rejected(ApplyError::AlreadyExists(_))) => rejected += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!((ok, rejected), (100, 100));
+        let sizes = direct.sizes.lock().clone();
+        assert!(sizes.len() < 200, "no batching happened: {sizes:?}");
+        // ~1 KiB each: the byte bound keeps batches under 40.
+        assert!(sizes.iter().all(|n| *n <= 40), "{sizes:?}");
+    }
+}

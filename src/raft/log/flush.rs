@@ -1,0 +1,172 @@
+//! The flush thread: the only writer of segment files. It takes everything queued, writes it
+//! in order, calls fdatasync once per dirty file when anyone waits for durability, then
+//! completes the waiting callbacks in order (group commit). The first failed write or sync
+//! fails the log for good: the error is logged, every pending and later callback gets it, and
+//! nothing is retried (after a failed fsync the page cache state is unknown).
+
+use std::fs::File;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use super::io::SegmentIo;
+use super::state::State;
+use crate::storage::fsutil::fsync_dir;
+
+/// Called once with the outcome of the flush that made its records durable.
+pub(crate) type Done = Box<dyn FnOnce(io::Result<()>) + Send>;
+
+pub(crate) enum Op {
+    /// Bytes for one segment at one offset; `wseq` identifies the write for cache eviction.
+    Write {
+        file: Arc<File>,
+        seq: u64,
+        offset: u64,
+        bytes: Vec<u8>,
+        wseq: u64,
+    },
+    /// The log moves on from segment `seq`: make it durable before anything lands in the
+    /// next one, so that only the last segment can ever have a torn tail.
+    Seal { file: Arc<File>, seq: u64 },
+    /// Complete after everything queued before it is durable.
+    Done(Done),
+    /// Delete these files once everything before is durable (purged segments).
+    Unlink(Vec<PathBuf>),
+}
+
+#[derive(Default)]
+struct Pending {
+    ops: Vec<Op>,
+    shutdown: bool,
+}
+
+/// The queue between the log's callers and the flush thread.
+#[derive(Default)]
+pub(crate) struct Queue {
+    pending: Mutex<Pending>,
+    cv: Condvar,
+}
+
+impl Queue {
+    pub fn push(&self, ops: Vec<Op>) {
+        self.pending.lock().ops.extend(ops);
+        self.cv.notify_one();
+    }
+
+    pub fn shutdown(&self) {
+        self.pending.lock().shutdown = true;
+        self.cv.notify_one();
+    }
+
+    fn take(&self) -> Option<Vec<Op>> {
+        let mut pending = self.pending.lock();
+        while pending.ops.is_empty() && !pending.shutdown {
+            self.cv.wait(&mut pending);
+        }
+        if pending.ops.is_empty() {
+            return None;
+        }
+        Some(std::mem::take(&mut pending.ops))
+    }
+}
+
+/// The flush thread's loop; returns after shutdown once the queue is empty.
+pub(crate) fn run(
+    queue: Arc<Queue>,
+    state: Arc<RwLock<State>>,
+    io: Arc<dyn SegmentIo>,
+    dir: PathBuf,
+) {
+    let mut failed: Option<String> = None;
+    // Files written but not yet synced, by seq. Writes nobody waits for (committed ids,
+    // truncations) stay here until the next flush that someone does wait for.
+    let mut dirty: Vec<(u64, Arc<File>)> = Vec::new();
+    while let Some(ops) = queue.take() {
+        let mut done = Vec::new();
+        let mut unlink = Vec::new();
+        let mut written = None;
+        let mut error: Option<String> = None;
+        for op in ops {
+            match op {
+                Op::Write {
+                    file,
+                    seq,
+                    offset,
+                    bytes,
+                    wseq,
+                } => {
+                    if failed.is_some() || error.is_some() {
+                        continue;
+                    }
+                    match io.write_at(&file, &bytes, offset) {
+                        Ok(()) => {
+                            written = Some(wseq);
+                            if !dirty.iter().any(|(s, _)| *s == seq) {
+                                dirty.push((seq, file));
+                            }
+                        }
+                        Err(e) => {
+                            error = Some(format!("write to segment {seq} at offset {offset}: {e}"))
+                        }
+                    }
+                }
+                Op::Seal { file, seq } => {
+                    if failed.is_some() || error.is_some() {
+                        continue;
+                    }
+                    if let Some(pos) = dirty.iter().position(|(s, _)| *s == seq) {
+                        dirty.remove(pos);
+                        if let Err(e) = io.sync_data(&file) {
+                            error = Some(format!("fdatasync of segment {seq}: {e}"));
+                        }
+                    }
+                }
+                Op::Done(d) => done.push(d),
+                Op::Unlink(paths) => unlink.extend(paths),
+            }
+        }
+        if let Some(wseq) = written {
+            let mut st = state.write();
+            st.written_wseq = st.written_wseq.max(wseq);
+            st.evict();
+        }
+        if failed.is_none() && error.is_none() && (!done.is_empty() || !unlink.is_empty()) {
+            for (seq, file) in dirty.drain(..) {
+                if let Err(e) = io.sync_data(&file) {
+                    error = Some(format!("fdatasync of segment {seq}: {e}"));
+                    break;
+                }
+            }
+        }
+        if let Some(reason) = error {
+            let reason = format!("{}: {reason}", dir.display());
+            tracing::error!("raft log failed for good, refusing all further writes: {reason}");
+            state.write().failed = Some(reason.clone());
+            failed = Some(reason);
+        }
+        if let Some(reason) = &failed {
+            for d in done {
+                d(Err(io::Error::other(reason.clone())));
+            }
+            continue;
+        }
+        for d in done {
+            d(Ok(()));
+        }
+        if !unlink.is_empty() {
+            for path in &unlink {
+                if let Err(e) = std::fs::remove_file(path) {
+                    tracing::warn!("raft log: removing purged segment {}: {e}", path.display());
+                }
+            }
+            if let Err(e) = fsync_dir(&dir) {
+                let reason = format!("{}: fsync of the directory: {e}", dir.display());
+                tracing::error!("raft log failed for good, refusing all further writes: {reason}");
+                state.write().failed = Some(reason.clone());
+                failed = Some(reason);
+            }
+        }
+    }
+}

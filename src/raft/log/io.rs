@@ -1,0 +1,50 @@
+//! The two I/O calls the flush thread makes on segment files, behind a trait so that tests
+//! can inject write and fdatasync failures.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Positional writes and data syncs of segment files.
+pub trait SegmentIo: Send + Sync + 'static {
+    fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()>;
+    fn sync_data(&self, file: &File) -> io::Result<()>;
+}
+
+/// The real thing: `pwrite` and `fdatasync`.
+#[derive(Debug, Default)]
+pub struct RealIo;
+
+impl SegmentIo for RealIo {
+    fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+        file.write_all_at(buf, offset)
+    }
+
+    fn sync_data(&self, file: &File) -> io::Result<()> {
+        file.sync_data()
+    }
+}
+
+/// Real I/O that fails on demand (tests and fault drills).
+#[derive(Debug, Default)]
+pub struct FaultyIo {
+    pub fail_writes: AtomicBool,
+    pub fail_syncs: AtomicBool,
+}
+
+impl SegmentIo for FaultyIo {
+    fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+        if self.fail_writes.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected write failure"));
+        }
+        RealIo.write_at(file, buf, offset)
+    }
+
+    fn sync_data(&self, file: &File) -> io::Result<()> {
+        if self.fail_syncs.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected fdatasync failure"));
+        }
+        RealIo.sync_data(file)
+    }
+}

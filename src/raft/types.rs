@@ -1,0 +1,79 @@
+//! The openraft type configuration of litek8s: what a log entry carries (a `Batch` of
+//! Mutations) and what applying it returns (one result per Mutation).
+
+use std::io::Cursor;
+
+use serde::{Deserialize, Serialize};
+
+use crate::kube::mutation::{ApplyError, Mutation};
+use crate::kube::object::ObjectRef;
+
+/// Raft node ids.
+pub type NodeId = u64;
+
+openraft::declare_raft_types!(
+    /// The type configuration every Raft component of litek8s is built on.
+    pub TypeConfig:
+        D = Batch,
+        R = BatchResponse,
+        NodeId = NodeId,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        Responder = openraft::impls::OneshotResponder<TypeConfig>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// A log id of this configuration.
+pub type LogId = openraft::LogId<NodeId>;
+/// A vote of this configuration.
+pub type Vote = openraft::Vote<NodeId>;
+/// A log entry of this configuration.
+pub type Entry = openraft::Entry<TypeConfig>;
+/// The storage error openraft expects from storage.
+pub type StorageError = openraft::StorageError<NodeId>;
+
+/// The payload of one Raft log entry: Mutations coalesced by the proposer, applied in order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    pub proposals: Vec<Proposal>,
+}
+
+/// One Mutation as proposed, with room for the client-session id that makes retries
+/// idempotent (used by the HA work; absent today).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Proposal {
+    pub mutation: Mutation,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+}
+
+impl Proposal {
+    pub fn new(mutation: Mutation) -> Self {
+        Proposal {
+            mutation,
+            session: None,
+            seq: None,
+        }
+    }
+}
+
+/// The outcome of applying one entry: one result per Proposal, in order. Blank and
+/// membership entries give an empty response.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct BatchResponse {
+    pub results: Vec<Result<Applied, ApplyError>>,
+}
+
+/// A Mutation that applied.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Applied {
+    /// The resourceVersion the store assigned.
+    pub resource_version: u64,
+    /// The stored object, on the server that applied it (never serialized: responses stay
+    /// on the node that proposed them).
+    #[serde(skip)]
+    pub object: Option<ObjectRef>,
+}

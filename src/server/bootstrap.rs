@@ -1,0 +1,324 @@
+//! Bootstrap objects every cluster has, ensured on every start: the four system namespaces
+//! and the `default/kubernetes` Service with its Endpoints and EndpointSlice pointing at this
+//! server. Idempotent: a missing object is created, one whose managed fields drifted (a new
+//! port or node IP) is updated in place, anything else is left alone.
+
+use std::net::IpAddr;
+
+use serde_json::{json, Map, Value};
+
+use super::error::ServerError;
+use super::meta;
+use crate::api::ApiContext;
+use crate::kube::mutation::{ApplyError, Mutation, Precondition};
+use crate::kube::object::ObjectKey;
+use crate::kube::writer::WriteError;
+
+/// Namespaces that exist in every cluster.
+pub const SYSTEM_NAMESPACES: [&str; 4] =
+    ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Creates or repairs the bootstrap objects.
+pub async fn ensure_all(ctx: &ApiContext) -> Result<(), ServerError> {
+    for ns in SYSTEM_NAMESPACES {
+        ensure(
+            ctx,
+            ObjectKey::new("namespaces", "", ns),
+            namespace(ns),
+            &[],
+        )
+        .await?;
+    }
+    let settings = &ctx.settings;
+    let service_ip = crate::server::settings::first_service_ip(&settings.service_cidr)
+        .map_err(|e| ServerError::Bootstrap(e.to_string()))?;
+    ensure(
+        ctx,
+        ObjectKey::new("services", "default", "kubernetes"),
+        kubernetes_service(service_ip, settings.api_port),
+        &["spec"],
+    )
+    .await?;
+    ensure(
+        ctx,
+        ObjectKey::new("endpoints", "default", "kubernetes"),
+        kubernetes_endpoints(&settings.node_ips, settings.api_port),
+        &["subsets"],
+    )
+    .await?;
+    ensure(
+        ctx,
+        ObjectKey::new("discovery.k8s.io/endpointslices", "default", "kubernetes"),
+        kubernetes_endpoint_slice(&settings.node_ips, settings.api_port),
+        &["addressType", "endpoints", "ports"],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Makes the object at `key` exist with `desired`'s labels and top-level `managed` fields.
+async fn ensure(
+    ctx: &ApiContext,
+    key: ObjectKey,
+    desired: Value,
+    managed: &[&str],
+) -> Result<(), ServerError> {
+    let failed = |e: WriteError| ServerError::Bootstrap(format!("{key}: {e}"));
+    let Some(current) = ctx.store.get(&key) else {
+        let object = meta::with_new_metadata(desired, &key);
+        return match ctx
+            .writer
+            .write(Mutation::Create {
+                key: key.clone(),
+                object,
+            })
+            .await
+        {
+            // Another writer (a client racing startup) created it first: theirs stands.
+            Ok(_) | Err(WriteError::Rejected(ApplyError::AlreadyExists(_))) => Ok(()),
+            Err(e) => Err(failed(e)),
+        };
+    };
+    let mut object = current.value();
+    let mut changed = false;
+    for field in managed {
+        if object.get(*field) != desired.get(*field) {
+            if let (Some(obj), Some(value)) = (object.as_object_mut(), desired.get(*field)) {
+                obj.insert(field.to_string(), value.clone());
+                changed = true;
+            }
+        }
+    }
+    if let Some(labels) = desired
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+    {
+        changed |= merge_labels(&mut object, labels);
+    }
+    if !changed {
+        return Ok(());
+    }
+    tracing::info!(%key, "updating bootstrap object");
+    let mutation = Mutation::Update {
+        key: key.clone(),
+        object,
+        precondition: Precondition::at(current.resource_version),
+    };
+    ctx.writer.write(mutation).await.map(|_| ()).map_err(failed)
+}
+
+/// Adds `labels` to `object`'s labels; whether anything changed.
+fn merge_labels(object: &mut Value, labels: &Map<String, Value>) -> bool {
+    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return false;
+    };
+    let existing = metadata
+        .entry("labels")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Some(existing) = existing.as_object_mut() else {
+        return false;
+    };
+    let mut changed = false;
+    for (k, v) in labels {
+        if existing.get(k) != Some(v) {
+            existing.insert(k.clone(), v.clone());
+            changed = true;
+        }
+    }
+    changed
+}
+
+fn namespace(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    })
+}
+
+fn family(ip: &IpAddr) -> &'static str {
+    if ip.is_ipv4() {
+        "IPv4"
+    } else {
+        "IPv6"
+    }
+}
+
+fn kubernetes_service(cluster_ip: IpAddr, api_port: u16) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "labels": {"component": "apiserver", "provider": "kubernetes"},
+        },
+        "spec": {
+            "clusterIP": cluster_ip.to_string(),
+            "clusterIPs": [cluster_ip.to_string()],
+            "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": api_port}],
+            "sessionAffinity": "None",
+            "type": "ClusterIP",
+            "ipFamilies": [family(&cluster_ip)],
+            "ipFamilyPolicy": "SingleStack",
+            "internalTrafficPolicy": "Cluster",
+        },
+        "status": {"loadBalancer": {}},
+    })
+}
+
+fn kubernetes_endpoints(node_ips: &[IpAddr], api_port: u16) -> Value {
+    let addresses: Vec<Value> = node_ips
+        .iter()
+        .map(|ip| json!({"ip": ip.to_string()}))
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"},
+        },
+        "subsets": [{
+            "addresses": addresses,
+            "ports": [{"name": "https", "port": api_port, "protocol": "TCP"}],
+        }],
+    })
+}
+
+/// The slice upstream's endpoints adapter writes: one address family (that of the first node
+/// IP), every address ready, labelled only with the service name.
+fn kubernetes_endpoint_slice(node_ips: &[IpAddr], api_port: u16) -> Value {
+    let address_type = node_ips.first().map(family).unwrap_or("IPv4");
+    let endpoints: Vec<Value> = node_ips
+        .iter()
+        .filter(|ip| family(ip) == address_type)
+        .map(|ip| json!({"addresses": [ip.to_string()], "conditions": {"ready": true}}))
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "labels": {"kubernetes.io/service-name": "kubernetes"},
+        },
+        "addressType": address_type,
+        "endpoints": endpoints,
+        "ports": [{"name": "https", "port": api_port, "protocol": "TCP"}],
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::api::ApiSettings;
+    use crate::kube::store::{Store, StoreConfig};
+    use crate::kube::wal::{WalConfig, WalWriter};
+    use std::sync::Arc;
+
+    /// An ApiContext over a fresh store and WAL in `dir`.
+    pub(crate) fn test_ctx(dir: &std::path::Path, api_port: u16) -> ApiContext {
+        let store = Arc::new(Store::new(StoreConfig::default()));
+        let (writer, _) = WalWriter::open(dir, store.clone(), WalConfig::default()).unwrap();
+        ApiContext::new(
+            store,
+            Arc::new(writer),
+            ApiSettings {
+                server_name: "s1".into(),
+                node_ips: vec!["127.0.0.1".parse().unwrap()],
+                api_port,
+                service_cidr: "10.43.0.0/16".into(),
+            },
+        )
+    }
+
+    #[tokio::test]
+    async fn creates_objects_once_and_repairs_drift() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = test_ctx(dir.path(), 6443);
+        ensure_all(&ctx).await.unwrap();
+        let rv = ctx.store.resource_version();
+        assert_eq!(rv, 7);
+        ensure_all(&ctx).await.unwrap();
+        assert_eq!(
+            ctx.store.resource_version(),
+            rv,
+            "second run must not write"
+        );
+
+        let ns = ctx
+            .store
+            .get(&ObjectKey::new("namespaces", "", "kube-system"))
+            .unwrap()
+            .value();
+        assert_eq!(
+            ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
+            "kube-system"
+        );
+        assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
+        assert_eq!(ns["status"]["phase"], "Active");
+        let uid = ns["metadata"]["uid"].as_str().unwrap();
+        assert_eq!(uuid::Uuid::parse_str(uid).unwrap().get_version_num(), 4);
+        let created = ns["metadata"]["creationTimestamp"].as_str().unwrap();
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(created).is_ok()
+                && created.ends_with('Z')
+                && created.len() == 20,
+            "{created}"
+        );
+
+        let svc_key = ObjectKey::new("services", "default", "kubernetes");
+        let svc = ctx.store.get(&svc_key).unwrap().value();
+        assert_eq!(svc["spec"]["clusterIP"], "10.43.0.1");
+        assert_eq!(
+            svc["spec"]["ports"][0],
+            json!({"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443})
+        );
+        assert!(svc["spec"].get("selector").is_none());
+        let ep = ctx
+            .store
+            .get(&ObjectKey::new("endpoints", "default", "kubernetes"))
+            .unwrap()
+            .value();
+        assert_eq!(ep["subsets"][0]["addresses"][0]["ip"], "127.0.0.1");
+
+        // A new port (a restart with another --listen) updates in place, keeping the uid.
+        let moved = ApiContext::new(
+            ctx.store.clone(),
+            ctx.writer.clone(),
+            ApiSettings {
+                api_port: 7443,
+                ..ctx.settings.clone()
+            },
+        );
+        ensure_all(&moved).await.unwrap();
+        assert_eq!(ctx.store.resource_version(), rv + 3);
+        let svc2 = ctx.store.get(&svc_key).unwrap().value();
+        assert_eq!(svc2["spec"]["ports"][0]["targetPort"], 7443);
+        assert_eq!(svc2["metadata"]["uid"], svc["metadata"]["uid"]);
+        let slice = ctx
+            .store
+            .get(&ObjectKey::new(
+                "discovery.k8s.io/endpointslices",
+                "default",
+                "kubernetes",
+            ))
+            .unwrap()
+            .value();
+        assert_eq!(slice["ports"][0]["port"], 7443);
+        assert_eq!(slice["endpoints"][0]["conditions"]["ready"], true);
+    }
+
+    #[test]
+    fn slice_keeps_one_family() {
+        let ips: Vec<IpAddr> = vec!["10.0.0.5".parse().unwrap(), "fd00::5".parse().unwrap()];
+        let slice = kubernetes_endpoint_slice(&ips, 6443);
+        assert_eq!(slice["addressType"], "IPv4");
+        assert_eq!(slice["endpoints"].as_array().unwrap().len(), 1);
+        assert_eq!(slice["ports"][0]["port"], 6443);
+    }
+}

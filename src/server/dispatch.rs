@@ -1,0 +1,61 @@
+//! Per-request policy of the transport: authenticate, then hand the request to the API
+//! router, or answer the few things the transport decides itself (401 for unauthenticated
+//! HTTPS requests outside the health endpoints, 404 for plain HTTP outside them).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use serde_json::json;
+
+use super::authn::{Authenticator, Connection};
+use crate::api::{response, router, ApiBody, ApiContext};
+
+/// What every connection task shares.
+pub struct Dispatch {
+    pub ctx: Arc<ApiContext>,
+    pub authn: Authenticator,
+}
+
+impl Dispatch {
+    /// Answers one request. Never fails: every outcome is an HTTP response.
+    pub async fn handle(
+        self: Arc<Self>,
+        conn: Arc<Connection>,
+        req: Request<Incoming>,
+    ) -> Result<Response<ApiBody>, Infallible> {
+        // Health endpoints answer everyone the same way, credentials or not.
+        if let Some(resp) = router::serve_anonymous(self.ctx.clone(), &req).await {
+            return Ok(resp);
+        }
+        if let Some(user) = self.authn.authenticate(&conn, &req) {
+            return Ok(router::serve(self.ctx.clone(), req, user).await);
+        }
+        Ok(if conn.tls {
+            status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized")
+        } else {
+            status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "plain HTTP serves only /readyz, /livez, /healthz and /version; use HTTPS",
+            )
+        })
+    }
+}
+
+/// A Kubernetes `Status` failure response.
+pub fn status(code: StatusCode, reason: &str, message: &str) -> Response<ApiBody> {
+    response::json_value(
+        code,
+        &json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code.as_u16(),
+        }),
+    )
+}

@@ -1,0 +1,146 @@
+//! Assembles and runs one API server process: data directory, PKI and token, kubeconfig,
+//! store and WAL, listener, bootstrap objects, the Lease loop, and shutdown on SIGTERM or
+//! SIGINT.
+//!
+//! Readiness (`ApiContext::ready`) turns true once the WAL is replayed, the port is bound and
+//! the bootstrap objects exist, so a client that sees /readyz 200 finds the namespaces.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use super::authn::Authenticator;
+use super::datadir::DataDir;
+use super::dispatch::Dispatch;
+use super::error::ServerError;
+use super::listener::{Limits, Listener};
+use super::settings::ServerSettings;
+use super::token::AdminToken;
+use super::{bootstrap, kubeconfig, lease, pki, tls};
+use crate::api::{ApiContext, ApiSettings};
+use crate::kube::store::{Store, StoreConfig};
+use crate::kube::wal::{WalConfig, WalWriter};
+
+/// Runs the API server until SIGTERM or SIGINT; returns after draining connections.
+pub async fn run(settings: ServerSettings) -> Result<(), ServerError> {
+    let shutdown = CancellationToken::new();
+    spawn_signal_handler(shutdown.clone())?;
+    run_until(settings, shutdown).await
+}
+
+/// Runs the API server until `shutdown` fires (tests and embedders drive this directly).
+pub async fn run_until(
+    settings: ServerSettings,
+    shutdown: CancellationToken,
+) -> Result<(), ServerError> {
+    let dir = DataDir::prepare(&settings.data_dir)?;
+    let token = AdminToken::load_or_create(&dir.admin_token())?;
+    let pki = pki::load_or_create(&dir, &pki::serving_names(&settings))?;
+    let tls_config = tls::server_config(&pki)?;
+
+    let store = Arc::new(Store::new(StoreConfig {
+        history_window: settings.watch_history,
+        ..StoreConfig::default()
+    }));
+    let data_dir = dir.root().to_path_buf();
+    let wal_store = store.clone();
+    // Replay is synchronous disk work; keep it off the async workers.
+    let (writer, report) = tokio::task::spawn_blocking(move || {
+        WalWriter::open(&data_dir, wal_store, WalConfig::default())
+    })
+    .await
+    .map_err(|e| ServerError::Bootstrap(format!("WAL replay task failed: {e}")))??;
+    tracing::info!(
+        checkpoint_objects = report.checkpoint_objects,
+        replayed = report.replayed_mutations,
+        resource_version = store.resource_version(),
+        "objects.wal replayed"
+    );
+
+    let tcp = TcpListener::bind(settings.listen)
+        .await
+        .map_err(|error| ServerError::Bind {
+            addr: settings.listen,
+            error,
+        })?;
+    let bound = tcp.local_addr().map_err(|error| ServerError::Bind {
+        addr: settings.listen,
+        error,
+    })?;
+    // After binding, so `--listen 127.0.0.1:0` gets the real port.
+    let url = ServerSettings {
+        listen: bound,
+        ..settings.clone()
+    }
+    .local_url();
+    let kubeconfig_yaml = kubeconfig::render(&url, &pki.ca_cert_pem, token.as_str());
+    kubeconfig::write(&settings.kubeconfig, &kubeconfig_yaml)?;
+
+    let ctx = Arc::new(ApiContext::new(
+        store,
+        Arc::new(writer),
+        ApiSettings {
+            server_name: settings.name.clone(),
+            node_ips: settings.advertised_ips(),
+            api_port: bound.port(),
+            service_cidr: settings.service_cidr.clone(),
+        },
+    ));
+    let listener = Listener {
+        tcp,
+        tls: TlsAcceptor::from(tls_config),
+        dispatch: Arc::new(Dispatch {
+            ctx: ctx.clone(),
+            authn: Authenticator::new(token),
+        }),
+        limits: Limits::default(),
+    };
+    let serving = tokio::spawn(listener.run(shutdown.clone()));
+    tracing::info!(
+        listen = %bound,
+        kubeconfig = %settings.kubeconfig.display(),
+        name = %settings.name,
+        "API server listening"
+    );
+
+    bootstrap::ensure_all(&ctx).await?;
+    lease::renew(&ctx, &settings.hostname)
+        .await
+        .map_err(|e| ServerError::Bootstrap(format!("apiserver lease: {e}")))?;
+    tokio::spawn(lease::renew_loop(
+        ctx.clone(),
+        settings.hostname.clone(),
+        shutdown.clone(),
+    ));
+    ctx.ready.store(true, Ordering::SeqCst);
+    tracing::info!("ready");
+
+    if serving.await.is_err() {
+        tracing::error!("the listener task panicked");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Fires `shutdown` on the first SIGTERM or SIGINT.
+fn spawn_signal_handler(shutdown: CancellationToken) -> Result<(), ServerError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let signal_err = |error| ServerError::Io {
+        path: "signal handler".into(),
+        error,
+    };
+    let mut term = signal(SignalKind::terminate()).map_err(signal_err)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(signal_err)?;
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::info!(signal = name, "shutting down");
+        shutdown.cancel();
+    });
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! `ServerSettings`: the validated, resolved configuration of one API server process, and the
+//! small parsers it needs (service CIDR → the `kubernetes` Service's ClusterIP).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+
+/// Everything `server::run` needs, already validated (the CLI builds it from flags).
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// Directory holding objects.wal, certificates and the admin token.
+    pub data_dir: PathBuf,
+    /// Address of the API listener (HTTPS, plus plain-HTTP health endpoints).
+    pub listen: SocketAddr,
+    /// Where the admin kubeconfig is written.
+    pub kubeconfig: PathBuf,
+    /// Addresses other hosts reach this server at (`--node-ip`); may be empty.
+    pub node_ips: Vec<IpAddr>,
+    /// This server's name (`--name`, default the hostname).
+    pub name: String,
+    /// The machine's hostname (a SAN of the serving certificate).
+    pub hostname: String,
+    /// Service CIDR as given (`10.43.0.0/16`).
+    pub service_cidr: String,
+    /// First address of the service CIDR: the `kubernetes` Service's ClusterIP.
+    pub kubernetes_service_ip: IpAddr,
+    /// Watch events kept for resuming watches.
+    pub watch_history: usize,
+}
+
+impl ServerSettings {
+    /// Addresses published for this server: `--node-ip`, else the listen address, else
+    /// loopback (listening on the unspecified address with no `--node-ip`).
+    pub fn advertised_ips(&self) -> Vec<IpAddr> {
+        if !self.node_ips.is_empty() {
+            return self.node_ips.clone();
+        }
+        let ip = self.listen.ip();
+        if ip.is_unspecified() {
+            vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]
+        } else {
+            vec![ip]
+        }
+    }
+
+    /// The URL clients on this machine use: the listen address, or 127.0.0.1 when listening
+    /// on the unspecified address.
+    pub fn local_url(&self) -> String {
+        let ip = match self.listen.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        format!("https://{}", SocketAddr::new(ip, self.listen.port()))
+    }
+}
+
+/// Why a service CIDR was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid service CIDR {cidr:?}: {reason}")]
+pub struct CidrError {
+    pub cidr: String,
+    pub reason: &'static str,
+}
+
+/// The first usable address of `cidr` (network address + 1), e.g. 10.43.0.0/16 → 10.43.0.1.
+pub fn first_service_ip(cidr: &str) -> Result<IpAddr, CidrError> {
+    let err = |reason| CidrError {
+        cidr: cidr.to_string(),
+        reason,
+    };
+    let (addr, prefix) = cidr
+        .split_once('/')
+        .ok_or_else(|| err("expected ADDR/PREFIX"))?;
+    let addr: IpAddr = addr.parse().map_err(|_| err("not an IP address"))?;
+    let prefix: u32 = prefix.parse().map_err(|_| err("prefix is not a number"))?;
+    match addr {
+        IpAddr::V4(v4) => {
+            if prefix > 30 {
+                return Err(err("prefix must be at most /30"));
+            }
+            let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
+            Ok(IpAddr::V4(Ipv4Addr::from((u32::from(v4) & mask) + 1)))
+        }
+        IpAddr::V6(v6) => {
+            if prefix > 126 {
+                return Err(err("prefix must be at most /126"));
+            }
+            let mask = u128::MAX.checked_shl(128 - prefix).unwrap_or(0);
+            Ok(IpAddr::V6(Ipv6Addr::from((u128::from(v6) & mask) + 1)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_service_ip_of_cidrs() {
+        let ok = [
+            ("10.43.0.0/16", "10.43.0.1"),
+            ("10.96.0.0/12", "10.96.0.1"),
+            ("10.43.7.9/16", "10.43.0.1"),
+            ("0.0.0.0/0", "0.0.0.1"),
+            ("fd00:43::/108", "fd00:43::1"),
+        ];
+        for (cidr, want) in ok {
+            assert_eq!(first_service_ip(cidr).unwrap().to_string(), want, "{cidr}");
+        }
+        for bad in [
+            "10.43.0.0",
+            "10.43.0.0/33",
+            "10.43.0.0/31",
+            "x/16",
+            "10.43.0.0/a",
+        ] {
+            assert!(first_service_ip(bad).is_err(), "{bad}");
+        }
+    }
+}
