@@ -130,7 +130,7 @@ async fn create_load(
             let mut i = 0;
             while Instant::now() < deadline {
                 let t = Instant::now();
-                match create(&mut conn, &ns, &format!("c{c}-{i}"), &data).await {
+                match create(&mut conn, &ns, &format!("l{conns}-c{c}-{i}"), &data).await {
                     Ok(201) => lat.push(t.elapsed()),
                     Ok(_) => errors += 1,
                     Err(_) => {
@@ -494,6 +494,9 @@ fn main() {
          client: `bench/api_bench.rs` on the same machine (keep-alive HTTP/1.1 over TLS, one \
          connection per client). Produced by `bench/api.sh`.\n\n"
     ));
+    if let Ok(note) = std::env::var("BENCH_NOTE") {
+        md.push_str(&format!("Note: {note}\n\n"));
+    }
     md.push_str("| Metric | Result | Target | Met |\n| --- | --- | --- | --- |\n");
     for r in &rows {
         let met = match r.met {
