@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# API server benchmark: builds the release binary and bench/api_bench.rs, runs it against the
+# real server on 127.0.0.1, prints the table (with the machine's core count) and writes it to
+# bench/API.md. Takes a few minutes on 2 cores.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+cargo build --release -p litek8s --bin litek8s && cargo build --release -p litek8s-bench --bin api_bench
+TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
+export LITEK8S_BIN=$TARGET_DIR/release/litek8s
+echo "cores: $(nproc)"
+"$TARGET_DIR/release/api_bench" "${1:-$ROOT/bench/API.md}"

@@ -1,0 +1,523 @@
+//! API server benchmark against the real (release) binary, driven over TLS with the admin
+//! token on keep-alive HTTP/1.1 connections (hyper's client on rustls streams, one connection
+//! per concurrent client). Run through `bench/api.sh`, which builds the release binary and
+//! passes it in `LITEK8S_BIN`.
+//!
+//! Measures: ConfigMap creates with 1 KiB of data at 1, 16 and 64 connections (throughput,
+//! p50, p99); a list of 10,000 ConfigMaps; the delay from a write to its event at 1,000 open
+//! watches; the server's RSS idle and holding 10,000 ConfigMaps; restart time (to /readyz) with
+//! 100,000 mutations in objects.wal. Prints a table with the core count and writes it as
+//! Markdown to the path given as the first argument (default bench/API.md).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use serde_json::json;
+use support::{configmap, Api, Server};
+use tokio::sync::Mutex;
+
+/// Seconds each create level runs for.
+const CREATE_SECONDS: u64 = 5;
+const LIST_OBJECTS: usize = 10_000;
+const WATCHERS: usize = 1_000;
+const WATCH_WRITES: usize = 100;
+const WAL_MUTATIONS: usize = 100_000;
+
+struct Row {
+    metric: String,
+    result: String,
+    target: String,
+    met: Option<bool>,
+}
+
+fn row(
+    metric: impl Into<String>,
+    result: impl Into<String>,
+    target: &str,
+    met: Option<bool>,
+) -> Row {
+    Row {
+        metric: metric.into(),
+        result: result.into(),
+        target: target.to_string(),
+        met,
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn one_kib() -> String {
+    "x".repeat(1024)
+}
+
+async fn create(
+    conn: &mut support::Conn,
+    ns: &str,
+    name: &str,
+    value: &str,
+) -> Result<u16, String> {
+    let body = serde_json::to_vec(&configmap(ns, name, json!({"v": value}))).expect("serialize");
+    let resp = conn
+        .request(
+            "POST",
+            &format!("/api/v1/namespaces/{ns}/configmaps"),
+            Some("application/json"),
+            body,
+        )
+        .await?;
+    Ok(resp.status)
+}
+
+async fn ensure_namespace(api: &Api, ns: &str) {
+    let resp = api
+        .post_json(
+            "/api/v1/namespaces",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await
+        .expect("create namespace");
+    assert!(
+        resp.status == 201 || resp.status == 409,
+        "create namespace {ns}: {} {}",
+        resp.status,
+        resp.text()
+    );
+}
+
+/// Creates ConfigMaps from `conns` connections for `seconds`; returns (count, elapsed,
+/// sorted latencies, errors).
+async fn create_load(
+    api: &Api,
+    ns: &str,
+    conns: usize,
+    seconds: u64,
+) -> (usize, Duration, Vec<Duration>, usize) {
+    let data = Arc::new(one_kib());
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for c in 0..conns {
+        let api = api.clone();
+        let data = data.clone();
+        let ns = ns.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = api.connect().await.expect("connect");
+            let mut lat = Vec::new();
+            let mut errors = 0;
+            let mut i = 0;
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                match create(&mut conn, &ns, &format!("l{conns}-c{c}-{i}"), &data).await {
+                    Ok(201) => lat.push(t.elapsed()),
+                    Ok(_) => errors += 1,
+                    Err(_) => {
+                        errors += 1;
+                        conn = api.connect().await.expect("reconnect");
+                    }
+                }
+                i += 1;
+            }
+            (lat, errors)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (lat, e) = t.await.expect("task");
+        all.extend(lat);
+        errors += e;
+    }
+    let elapsed = start.elapsed();
+    all.sort();
+    (all.len(), elapsed, all, errors)
+}
+
+/// Fills `ns` with `n` ConfigMaps of 1 KiB using 32 connections.
+async fn fill(api: &Api, ns: &str, n: usize) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let data = Arc::new(one_kib());
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let (api, next, data, ns) = (api.clone(), next.clone(), data.clone(), ns.to_string());
+        tasks.push(tokio::spawn(async move {
+            let mut conn = api.connect().await.expect("connect");
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let status = create(&mut conn, &ns, &format!("obj-{i:05}"), &data)
+                    .await
+                    .expect("create");
+                assert_eq!(status, 201, "fill create");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("fill task");
+    }
+}
+
+/// Writes `total` mutations (creates of 1,000 names, then merge patches) with 32 connections.
+async fn write_mutations(api: &Api, ns: &str, total: usize) {
+    let names = 1_000;
+    fill(api, ns, names).await;
+    let next = Arc::new(AtomicUsize::new(names));
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let (api, next, ns) = (api.clone(), next.clone(), ns.to_string());
+        tasks.push(tokio::spawn(async move {
+            let mut conn = api.connect().await.expect("connect");
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    break;
+                }
+                let patch = json!({"data": {"n": i.to_string()}});
+                let resp = conn
+                    .request(
+                        "PATCH",
+                        &format!("/api/v1/namespaces/{ns}/configmaps/obj-{:05}", i % names),
+                        Some("application/merge-patch+json"),
+                        serde_json::to_vec(&patch).expect("serialize"),
+                    )
+                    .await
+                    .expect("patch");
+                assert_eq!(resp.status, 200, "patch: {}", resp.text());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("mutation task");
+    }
+}
+
+/// Event delivery delay at `WATCHERS` open watches: (p50, p99, events received, expected).
+async fn watch_delay(api: &Api) -> (Duration, Duration, usize, usize) {
+    let ns = "bench-watch";
+    ensure_namespace(api, ns).await;
+    let list = api
+        .get(&format!("/api/v1/namespaces/{ns}/configmaps"))
+        .await
+        .expect("list");
+    let rv = list.json()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("0")
+        .to_string();
+    // name -> send instant of its write
+    let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
+    let delays: Arc<Mutex<Vec<Duration>>> = Arc::new(Mutex::new(Vec::new()));
+    let ready = Arc::new(AtomicUsize::new(0));
+    let mut watchers = Vec::new();
+    for _ in 0..WATCHERS {
+        let (api, rv, sent, delays, ready) = (
+            api.clone(),
+            rv.clone(),
+            sent.clone(),
+            delays.clone(),
+            ready.clone(),
+        );
+        watchers.push(tokio::spawn(async move {
+            let mut conn = api.connect().await.expect("connect watcher");
+            let resp = conn
+                .send(
+                    "GET",
+                    &format!(
+                        "/api/v1/namespaces/{ns}/configmaps?watch=true&resourceVersion={rv}&timeoutSeconds=120"
+                    ),
+                    None,
+                    Bytes::new(),
+                )
+                .await
+                .expect("watch");
+            assert_eq!(resp.status(), 200, "watch status");
+            ready.fetch_add(1, Ordering::Relaxed);
+            let mut body = resp.into_body();
+            let mut buf = Vec::new();
+            let mut seen = 0;
+            while seen < WATCH_WRITES {
+                let Some(frame) = body.frame().await else { break };
+                let Ok(frame) = frame else { break };
+                let Ok(data) = frame.into_data() else { continue };
+                let now = Instant::now();
+                buf.extend_from_slice(&data);
+                while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=pos).collect();
+                    let Ok(event) = serde_json::from_slice::<serde_json::Value>(&line) else {
+                        continue;
+                    };
+                    let name = event["object"]["metadata"]["name"].as_str().unwrap_or("");
+                    if let Some(t) = sent.lock().await.get(name) {
+                        delays.lock().await.push(now - *t);
+                        seen += 1;
+                    }
+                }
+            }
+        }));
+    }
+    while ready.load(Ordering::Relaxed) < WATCHERS {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut conn = api.connect().await.expect("connect writer");
+    let data = one_kib();
+    for i in 0..WATCH_WRITES {
+        let name = format!("w-{i}");
+        sent.lock().await.insert(name.clone(), Instant::now());
+        let status = create(&mut conn, ns, &name, &data).await.expect("write");
+        assert_eq!(status, 201);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for w in watchers {
+        let _ = tokio::time::timeout(Duration::from_secs(60), w).await;
+    }
+    let mut d = delays.lock().await.clone();
+    d.sort();
+    (
+        percentile(&d, 0.5),
+        percentile(&d, 0.99),
+        d.len(),
+        WATCHERS * WATCH_WRITES,
+    )
+}
+
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed in.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+fn main() {
+    let out_path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "bench/API.md".to_string());
+    raise_fd_limit();
+    if std::env::var_os("LITEK8S_LOG").is_none() {
+        std::env::set_var("LITEK8S_LOG", "warn");
+    }
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_string());
+    println!("litek8s API benchmark on {cores} cores ({cpu})");
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut rows = Vec::new();
+
+    // --- idle RSS, creates, list, RSS with 10,000 ConfigMaps
+    let server = Server::start(&[]);
+    let pid = server.pid().expect("pid");
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = rss_kib(pid).unwrap_or(0);
+    println!("idle RSS: {} KiB", idle);
+    rows.push(row(
+        "RSS idle",
+        format!("{:.1} MiB", idle as f64 / 1024.0),
+        "< 20 MiB",
+        Some(idle < 20 * 1024),
+    ));
+    let api = server.api();
+    rt.block_on(async {
+        ensure_namespace(&api, "bench-create").await;
+        for conns in [1usize, 16, 64] {
+            let (n, elapsed, lat, errors) =
+                create_load(&api, "bench-create", conns, CREATE_SECONDS).await;
+            let rate = n as f64 / elapsed.as_secs_f64();
+            let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
+            println!(
+                "creates at {conns} connections: {n} in {:.1}s = {rate:.0}/s, p50 {}, p99 {}, errors {errors}",
+                elapsed.as_secs_f64(),
+                ms(p50),
+                ms(p99)
+            );
+            let (target, met) = if conns == 64 {
+                (
+                    "≥ 8,000/s, p99 < 20 ms",
+                    Some(rate >= 8000.0 && p99 < Duration::from_millis(20)),
+                )
+            } else {
+                ("", None)
+            };
+            rows.push(row(
+                format!("ConfigMap create (1 KiB), {conns} conn"),
+                format!("{rate:.0}/s, p50 {}, p99 {}", ms(p50), ms(p99)),
+                target,
+                met,
+            ));
+        }
+        ensure_namespace(&api, "bench-list").await;
+        fill(&api, "bench-list", LIST_OBJECTS).await;
+        let mut times = Vec::new();
+        let mut size = 0;
+        let mut conn = api.connect().await.expect("connect");
+        for _ in 0..5 {
+            let t = Instant::now();
+            let resp = conn
+                .request("GET", "/api/v1/namespaces/bench-list/configmaps", None, Bytes::new())
+                .await
+                .expect("list");
+            times.push(t.elapsed());
+            assert_eq!(resp.status, 200);
+            size = resp.body.len();
+            let items = resp.json()["items"].as_array().map(|a| a.len()).unwrap_or(0);
+            assert_eq!(items, LIST_OBJECTS, "list returned {items} items");
+        }
+        times.sort();
+        let median = times[times.len() / 2];
+        println!(
+            "list of {LIST_OBJECTS}: median {} ({:.1} MiB)",
+            ms(median),
+            size as f64 / (1 << 20) as f64
+        );
+        rows.push(row(
+            format!("List {LIST_OBJECTS} ConfigMaps (median of 5)"),
+            format!("{} ({:.1} MiB)", ms(median), size as f64 / (1 << 20) as f64),
+            "< 100 ms",
+            Some(median < Duration::from_millis(100)),
+        ));
+    });
+    drop(api);
+    // RSS with exactly 10,000 ConfigMaps: a fresh server, so the create runs above don't count.
+    drop(server);
+    let server = Server::start(&[]);
+    let api = server.api();
+    rt.block_on(async {
+        ensure_namespace(&api, "bench-list").await;
+        fill(&api, "bench-list", LIST_OBJECTS).await;
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let full = rss_kib(server.pid().expect("pid")).unwrap_or(0);
+    println!("RSS with {LIST_OBJECTS} ConfigMaps: {full} KiB");
+    rows.push(row(
+        format!("RSS with {LIST_OBJECTS} ConfigMaps (1 KiB each)"),
+        format!("{:.1} MiB", full as f64 / 1024.0),
+        "< 64 MiB",
+        Some(full < 64 * 1024),
+    ));
+
+    // --- event delivery at 1,000 watchers
+    let (p50, p99, got, want) = rt.block_on(watch_delay(&api));
+    println!(
+        "event delay at {WATCHERS} watches: p50 {}, p99 {} ({got}/{want} events)",
+        ms(p50),
+        ms(p99)
+    );
+    rows.push(row(
+        format!("Write → event delay, {WATCHERS} watches ({got}/{want} events)"),
+        format!("p50 {}, p99 {}", ms(p50), ms(p99)),
+        "p99 < 50 ms",
+        Some(p99 < Duration::from_millis(50) && got == want),
+    ));
+    drop(api);
+    drop(server);
+
+    // --- restart with 100,000 mutations in the WAL
+    let mut server = Server::start(&[]);
+    let api = server.api();
+    let t = Instant::now();
+    rt.block_on(async {
+        ensure_namespace(&api, "bench-wal").await;
+        write_mutations(&api, "bench-wal", WAL_MUTATIONS).await;
+    });
+    let write_rate = WAL_MUTATIONS as f64 / t.elapsed().as_secs_f64();
+    let wal_size = std::fs::metadata(server.wal_path())
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let mut restarts = Vec::new();
+    for _ in 0..3 {
+        server.kill();
+        let t = Instant::now();
+        server.spawn();
+        server.wait_ready();
+        restarts.push(t.elapsed());
+    }
+    println!(
+        "restart with {WAL_MUTATIONS} mutations ({:.0} MiB WAL, written at {write_rate:.0}/s): {:?}",
+        wal_size as f64 / (1 << 20) as f64,
+        restarts
+    );
+    let first = restarts[0];
+    restarts.sort();
+    rows.push(row(
+        format!("Restart to /readyz, {WAL_MUTATIONS} mutations in WAL (first; median of 3)"),
+        format!("{}; {}", ms(first), ms(restarts[1])),
+        "< 2 s",
+        Some(first < Duration::from_secs(2)),
+    ));
+
+    // --- table
+    let mut md = String::new();
+    md.push_str("# API server benchmark\n\n");
+    md.push_str(&format!(
+        "Machine: {cores} cores ({cpu}). Server: release build, one process, data on local disk; \
+         client: `bench/api_bench.rs` on the same machine (keep-alive HTTP/1.1 over TLS, one \
+         connection per client). Produced by `bench/api.sh`.\n\n"
+    ));
+    if let Ok(note) = std::env::var("BENCH_NOTE") {
+        md.push_str(&format!("Note: {note}\n\n"));
+    }
+    md.push_str("| Metric | Result | Target | Met |\n| --- | --- | --- | --- |\n");
+    for r in &rows {
+        let met = match r.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "",
+        };
+        md.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            r.metric, r.result, r.target, met
+        ));
+    }
+    md.push_str(&format!(
+        "\nCreates run {CREATE_SECONDS} s per level with unique names. The write → event delay is \
+         measured from just before each write is sent to each watcher's receipt of its event \
+         ({WATCH_WRITES} writes 20 ms apart). Restarts follow a SIGKILL.\n"
+    ));
+    println!("\n{md}");
+    if let Err(e) = std::fs::write(&out_path, &md) {
+        eprintln!("cannot write {out_path}: {e}");
+        std::process::exit(1);
+    }
+    println!("written to {out_path}");
+}

@@ -1,0 +1,134 @@
+"""Fixtures of the Python end-to-end tests: start the real `litek8s apiserver` binary in a
+temporary data directory on a free loopback port, stop it (SIGTERM or SIGKILL), restart it on
+the same data, and build `kubernetes` API clients from the kubeconfig it writes.
+
+The binary is $LITEK8S_BIN, else <cargo target dir>/debug/litek8s (run-all.sh builds it).
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+REPO = Path(__file__).resolve().parents[2]
+READY_TIMEOUT = 60.0
+
+
+def litek8s_bin():
+    if os.environ.get("LITEK8S_BIN"):
+        return os.environ["LITEK8S_BIN"]
+    target = os.environ.get("CARGO_TARGET_DIR") or str(REPO / "target")
+    return str(Path(target) / "debug" / "litek8s")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def readyz(port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+            return resp.status
+    except Exception:
+        return None
+
+
+class Server:
+    """One litek8s apiserver process and its data directory."""
+
+    def __init__(self, root, extra_args=()):
+        self.root = Path(root)
+        self.data_dir = self.root / "data"
+        self.port = free_port()
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.starts = 0
+
+    @property
+    def kubeconfig(self):
+        return str(self.data_dir / "kubeconfig.yaml")
+
+    def log_path(self, n=None):
+        return self.root / f"server-{n or self.starts}.log"
+
+    def logs(self):
+        return "".join(
+            self.log_path(n).read_text(errors="replace") for n in range(1, self.starts + 1)
+        )
+
+    def start(self):
+        assert self.proc is None, "already running"
+        self.starts += 1
+        log = open(self.log_path(), "wb")
+        self.proc = subprocess.Popen(
+            [litek8s_bin(), "apiserver", "--data-dir", str(self.data_dir),
+             "--listen", f"127.0.0.1:{self.port}", "--name", "pytest", *self.extra_args],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        )
+        log.close()
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.proc = None
+                raise RuntimeError(f"litek8s exited with {code} during startup:\n{self.logs()}")
+            if readyz(self.port) == 200:
+                return self
+            time.sleep(0.05)
+        raise RuntimeError(f"litek8s not ready after {READY_TIMEOUT}s:\n{self.logs()}")
+
+    def terminate(self):
+        """SIGTERM and wait; returns the exit code."""
+        if self.proc is None:
+            return None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.proc = None
+        return code
+
+    def kill(self):
+        if self.proc is None:
+            return
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+
+    def api_client(self):
+        return config.new_client_from_config(config_file=self.kubeconfig)
+
+    def core(self):
+        return client.CoreV1Api(self.api_client())
+
+
+@pytest.fixture
+def make_server(tmp_path):
+    """Factory: make_server(extra_args) starts a server; all are killed at the end."""
+    servers = []
+
+    def make(extra_args=()):
+        root = tmp_path / f"server{len(servers)}"
+        root.mkdir()
+        server = Server(root, extra_args).start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.kill()
+
+
+@pytest.fixture
+def server(make_server):
+    return make_server()

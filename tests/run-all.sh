@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian machine with Rust:
+#   1. installs missing tools (Debian packages only when a tool is missing),
+#   2. makes the Python virtualenv .venv (kubernetes==37.*, pytest), reused when present,
+#   3. cargo test --all-targets (unit tests, integration tests against the real binary,
+#      kube-rs, durability, WAL corruption, bad input),
+#   4. the pytest suite in tests/python (leader election, watch resume, 410 relist),
+#   5. the kubectl scenario with kubectl 1.27 and 1.33 (tests/kubectl/scenario.sh).
+# Prints PASS/FAIL per step and a final `N passed, N failed` line (counting individual tests);
+# exits non-zero if anything failed.
+#
+# Environment: KUBECTL_VERSIONS (default "1.27 1.33"), SKIP_CARGO=1, SKIP_PYTHON=1,
+# SKIP_KUBECTL=1 to leave a step out while iterating.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+# shellcheck source=lib.sh
+source "$ROOT/tests/lib.sh"
+
+OUT=$ROOT/target/test-logs
+mkdir -p "$OUT"
+TOTAL_PASSED=0
+TOTAL_FAILED=0
+TOTAL_SKIPPED=0
+STEP_RESULTS=()
+START=$(date +%s)
+
+step_result() { # NAME PASSED FAILED [SKIPPED]
+    TOTAL_PASSED=$((TOTAL_PASSED + $2))
+    TOTAL_FAILED=$((TOTAL_FAILED + $3))
+    TOTAL_SKIPPED=$((TOTAL_SKIPPED + ${4:-0}))
+    local verdict=PASS
+    [ "$3" -gt 0 ] && verdict=FAIL
+    STEP_RESULTS+=("$verdict $1: $2 passed, $3 failed${4:+, $4 skipped}")
+    echo "$verdict $1: $2 passed, $3 failed${4:+, $4 skipped}"
+}
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+        echo "need root to run: $*" >&2
+        return 1
+    fi
+}
+
+# --- 1. tools
+echo "== tools"
+missing=()
+command -v curl >/dev/null || missing+=(curl)
+command -v jq >/dev/null || missing+=(jq)
+command -v python3 >/dev/null || missing+=(python3)
+if command -v python3 >/dev/null && ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    missing+=(python3-venv)
+fi
+command -v cargo >/dev/null || {
+    echo "FAIL cargo not found: install Rust first"
+    echo "0 passed, 1 failed"
+    exit 1
+}
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing Debian packages: ${missing[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            "${missing[@]}" >/dev/null ||
+        echo "apt-get install failed for: ${missing[*]}"
+fi
+echo "tools ready: $(python3 --version 2>&1), curl, jq, $(cargo --version)"
+
+# --- 2. virtualenv
+echo "== python virtualenv (.venv)"
+VENV=$ROOT/.venv
+if ! "$VENV/bin/python" -c 'import kubernetes, pytest, sys; sys.exit(0 if kubernetes.__version__.startswith("37.") else 1)' 2>/dev/null; then
+    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check 'kubernetes==37.*' 'pytest>=8' ||
+        echo "pip install failed"
+fi
+"$VENV/bin/python" -c 'import kubernetes, pytest; print("kubernetes", kubernetes.__version__, "pytest", pytest.__version__)' ||
+    echo "virtualenv is not usable"
+
+# --- 3. cargo test
+TARGET_DIR=$(cargo metadata --format-version 1 --no-deps 2>/dev/null | jq -r .target_directory)
+TARGET_DIR=${TARGET_DIR:-$ROOT/target}
+export LITEK8S_BIN=$TARGET_DIR/debug/litek8s
+if [ "${SKIP_CARGO:-0}" != 1 ]; then
+    echo "== cargo test --all-targets (log: $OUT/cargo-test.log)"
+    cargo test --all-targets --no-fail-fast >"$OUT/cargo-test.log" 2>&1
+    cargo_rc=$?
+    grep -E '^\s+Running |^test result:|^error(\[|:)|^test .* FAILED$' "$OUT/cargo-test.log"
+    p=0 f=0
+    while read -r a b; do
+        p=$((p + a))
+        f=$((f + b))
+    done < <(sed -nE 's/^test result: [A-Za-z]+\. ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/p' "$OUT/cargo-test.log")
+    if [ "$cargo_rc" -ne 0 ]; then
+        # Print what failed: the failures sections, or the build errors.
+        awk '/^failures:$/{on=1} on{print} /^test result:/{on=0}' "$OUT/cargo-test.log" | head -300
+        if [ "$f" -eq 0 ]; then
+            grep -E -A12 '^error' "$OUT/cargo-test.log" | head -80
+            f=1
+        fi
+    fi
+    step_result "cargo test" "$p" "$f"
+else
+    echo "== cargo test skipped (SKIP_CARGO=1)"
+    cargo build -q 2>&1 | tail -20
+fi
+
+if [ ! -x "$LITEK8S_BIN" ]; then
+    cargo build -q 2>&1 | tail -20
+fi
+
+# --- 4. pytest
+if [ "${SKIP_PYTHON:-0}" != 1 ]; then
+    echo "== pytest tests/python (log: $OUT/pytest.log)"
+    "$VENV/bin/python" -m pytest -q -rA -p no:cacheprovider tests/python >"$OUT/pytest.log" 2>&1
+    py_rc=$?
+    grep -E '^(PASSED|FAILED|ERROR) ' "$OUT/pytest.log"
+    last=$(tail -n 1 "$OUT/pytest.log")
+    p=$(grep -oE '[0-9]+ passed' <<<"$last" | grep -oE '^[0-9]+' | head -n 1)
+    p=${p:-0}
+    f=0
+    for n in $(grep -oE '[0-9]+ (failed|errors?)' <<<"$last" | grep -oE '^[0-9]+'); do
+        f=$((f + n))
+    done
+    if [ "$py_rc" -ne 0 ]; then
+        # 5 = no tests collected: that is a failure of the suite too.
+        [ "$f" -eq 0 ] && f=1
+        awk '/^=+ (FAILURES|ERRORS) =+$/{on=1} /^=+ short test summary/{on=0} on{print}' "$OUT/pytest.log" | head -300
+    fi
+    echo "$last"
+    step_result "pytest" "$p" "$f"
+fi
+
+# --- 5. kubectl scenarios
+if [ "${SKIP_KUBECTL:-0}" != 1 ]; then
+    for v in ${KUBECTL_VERSIONS:-1.27 1.33}; do
+        kc=/usr/lib/google-cloud-sdk/bin/kubectl.$v
+        if [ ! -x "$kc" ]; then
+            echo "SKIP kubectl $v: $kc not installed"
+            step_result "kubectl $v scenario" 0 0 1
+            continue
+        fi
+        echo "== kubectl $v scenario (log: $OUT/kubectl-$v.log)"
+        bash "$ROOT/tests/kubectl/scenario.sh" "$kc" >"$OUT/kubectl-$v.log" 2>&1
+        grep -E '^(FAIL|    \|)' "$OUT/kubectl-$v.log" | head -200
+        last=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$OUT/kubectl-$v.log" | tail -n 1)
+        p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$last")
+        f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$last")
+        if [ -z "$p" ]; then
+            p=0
+            f=1
+            tail -20 "$OUT/kubectl-$v.log"
+        fi
+        step_result "kubectl $v scenario" "$p" "$f"
+    done
+fi
+
+echo
+echo "== summary ($(($(date +%s) - START)) s; logs in $OUT)"
+for line in "${STEP_RESULTS[@]}"; do echo "$line"; done
+if [ "$TOTAL_SKIPPED" -gt 0 ]; then
+    echo "${TOTAL_PASSED} passed, ${TOTAL_FAILED} failed, ${TOTAL_SKIPPED} skipped"
+else
+    echo "${TOTAL_PASSED} passed, ${TOTAL_FAILED} failed"
+fi
+[ "$TOTAL_FAILED" -eq 0 ] && [ "$TOTAL_PASSED" -gt 0 ]

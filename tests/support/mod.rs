@@ -1,0 +1,511 @@
+//! Shared helpers of the end-to-end tests: start the real `litek8s apiserver` binary in a
+//! temporary data directory on a free loopback port, wait for /readyz, stop it with SIGTERM or
+//! SIGKILL, restart it on the same data, and talk HTTPS to it with the admin token over real
+//! keep-alive connections (hyper's HTTP/1 client on a rustls stream).
+//!
+//! Every test binary compiles this module separately and uses a different subset of it.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::net::TcpStream as TokioTcpStream;
+use tokio_rustls::TlsConnector;
+
+/// The binary under test: the one cargo built for this test, else `$LITEK8S_BIN` (the
+/// benchmark, an example, passes the release binary that way).
+pub fn bin() -> PathBuf {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_litek8s") {
+        return PathBuf::from(path);
+    }
+    PathBuf::from(std::env::var_os("LITEK8S_BIN").expect("set LITEK8S_BIN to the litek8s binary"))
+}
+
+/// How long a server may take to become ready before a test gives up (a hang guard, not a
+/// performance assertion).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A free loopback port (bound and released; the server binds it right after).
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+/// One `litek8s apiserver` process and its data directory.
+pub struct Server {
+    /// Owns the temporary directory; the data directory is `<tmp>/data`.
+    _tmp: Option<tempfile::TempDir>,
+    pub root: PathBuf,
+    pub data_dir: PathBuf,
+    pub addr: SocketAddr,
+    pub extra_args: Vec<String>,
+    child: Option<Child>,
+    starts: u32,
+}
+
+impl Server {
+    /// Starts a server in a new temporary directory and waits until it is ready.
+    pub fn start(extra_args: &[&str]) -> Server {
+        let tmp = tempfile::Builder::new()
+            .prefix("litek8s-e2e-")
+            .tempdir()
+            .expect("tempdir");
+        let root = tmp.path().to_path_buf();
+        let mut server = Server {
+            _tmp: Some(tmp),
+            data_dir: root.join("data"),
+            root,
+            addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            starts: 0,
+        };
+        server.spawn_and_wait();
+        server
+    }
+
+    /// The command line of this server.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.arg("apiserver")
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--listen")
+            .arg(self.addr.to_string())
+            .arg("--name")
+            .arg("e2e")
+            .args(&self.extra_args)
+            .env(
+                "LITEK8S_LOG",
+                std::env::var("LITEK8S_LOG").unwrap_or_else(|_| "info".to_string()),
+            )
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Path of the log file of the `n`-th start (1-based).
+    pub fn log_path(&self, n: u32) -> PathBuf {
+        self.root.join(format!("server-{n}.log"))
+    }
+
+    /// Everything every start of this server has logged so far.
+    pub fn logs(&self) -> String {
+        let mut all = String::new();
+        for n in 1..=self.starts {
+            all.push_str(&std::fs::read_to_string(self.log_path(n)).unwrap_or_default());
+        }
+        all
+    }
+
+    /// Spawns the process with stdout and stderr going to a new log file.
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "server already running");
+        self.starts += 1;
+        let log = std::fs::File::create(self.log_path(self.starts)).expect("create log");
+        let child = self
+            .command()
+            .stdout(log.try_clone().expect("clone log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn litek8s");
+        self.child = Some(child);
+    }
+
+    /// Spawns the process and waits for /readyz; panics with the log if it exits or hangs.
+    pub fn spawn_and_wait(&mut self) {
+        self.spawn();
+        self.wait_ready();
+    }
+
+    /// Waits until plain-HTTP /readyz answers 200.
+    pub fn wait_ready(&mut self) {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    panic!(
+                        "litek8s exited during startup with {status}; log:\n{}",
+                        self.logs()
+                    );
+                }
+            }
+            if readyz(self.addr) == Some(200) {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "litek8s not ready after {READY_TIMEOUT:?}; log:\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// SIGKILLs the process and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERMs the process and waits for it to exit (up to 30 s, then SIGKILL).
+    pub fn terminate(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Runs the server on the same data until it exits or becomes ready. Returns the exit
+    /// status if it exited (the process is reaped), or `None` if it became ready (it keeps
+    /// running and is owned by `self`).
+    pub fn start_expecting_exit(&mut self) -> Option<ExitStatus> {
+        self.spawn();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let child = self.child.as_mut().expect("spawned");
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if readyz(self.addr) == Some(200) {
+                return None;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "litek8s neither exited nor became ready; log:\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn token(&self) -> String {
+        std::fs::read_to_string(self.data_dir.join("admin-token"))
+            .expect("read admin-token")
+            .trim()
+            .to_string()
+    }
+
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.data_dir.join("kubeconfig.yaml")
+    }
+
+    pub fn wal_path(&self) -> PathBuf {
+        self.data_dir.join("objects.wal")
+    }
+
+    /// An HTTPS client for this server with the admin token.
+    pub fn api(&self) -> Api {
+        Api::new(self.addr, &self.data_dir.join("ca.crt"), Some(self.token()))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Status code of plain-HTTP `GET /readyz`, or `None` if the port does not answer HTTP.
+pub fn readyz(addr: SocketAddr) -> Option<u16> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .write_all(b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut buf = Vec::new();
+    let _ = stream.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let status_line = text.lines().next()?;
+    status_line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Installs rustls' ring provider as the process default (kube-rs needs one).
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A response read whole.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Resp {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// `reason` of a Status body, or "".
+    pub fn reason(&self) -> String {
+        self.json()["reason"].as_str().unwrap_or("").to_string()
+    }
+
+    pub fn content_type(&self) -> String {
+        self.headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    }
+}
+
+/// Connection parameters of one server: address, trusted CA and bearer token.
+#[derive(Clone)]
+pub struct Api {
+    pub addr: SocketAddr,
+    pub token: Option<String>,
+    tls: TlsConnector,
+}
+
+impl Api {
+    pub fn new(addr: SocketAddr, ca_path: &Path, token: Option<String>) -> Api {
+        install_crypto_provider();
+        let pem = std::fs::read(ca_path).expect("read ca.crt");
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+            let cert: CertificateDer<'static> = cert.expect("parse ca.crt");
+            roots.add(cert).expect("add CA");
+        }
+        let config = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Api {
+            addr,
+            token,
+            tls: TlsConnector::from(Arc::new(config)),
+        }
+    }
+
+    /// The same server with another (or no) token.
+    pub fn with_token(&self, token: Option<&str>) -> Api {
+        Api {
+            addr: self.addr,
+            token: token.map(str::to_string),
+            tls: self.tls.clone(),
+        }
+    }
+
+    /// Opens one keep-alive HTTP/1.1 connection over TLS.
+    pub async fn connect(&self) -> Result<Conn, String> {
+        let tcp = TokioTcpStream::connect(self.addr)
+            .await
+            .map_err(|e| format!("connect {}: {e}", self.addr))?;
+        let _ = tcp.set_nodelay(true);
+        let name = ServerName::IpAddress(self.addr.ip().into());
+        let tls = self
+            .tls
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS handshake: {e}"))?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| format!("HTTP handshake: {e}"))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(Conn {
+            sender,
+            token: self.token.clone(),
+        })
+    }
+
+    /// One request on a new connection.
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: impl Into<Bytes>,
+    ) -> Result<Resp, String> {
+        let mut conn = self.connect().await?;
+        conn.request(method, path, content_type, body).await
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Resp, String> {
+        self.request("GET", path, None, Bytes::new()).await
+    }
+
+    pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> Result<Resp, String> {
+        self.request(
+            "POST",
+            path,
+            Some("application/json"),
+            serde_json::to_vec(body).expect("serialize"),
+        )
+        .await
+    }
+}
+
+/// One open HTTP/1.1 connection.
+pub struct Conn {
+    sender: SendRequest<Full<Bytes>>,
+    token: Option<String>,
+}
+
+impl Conn {
+    pub async fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: impl Into<Bytes>,
+    ) -> Result<Resp, String> {
+        let response = self.send(method, path, content_type, body).await?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("read body: {e}"))?
+            .to_bytes();
+        Ok(Resp {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    /// A bodiless request with a raw `Authorization` header value instead of the token.
+    pub async fn request_with_auth(
+        &mut self,
+        method: &str,
+        path: &str,
+        authorization: &str,
+    ) -> Result<Resp, String> {
+        let response = self
+            .send_with(
+                method,
+                path,
+                None,
+                Bytes::new(),
+                Some(authorization.to_string()),
+            )
+            .await?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("read body: {e}"))?
+            .to_bytes();
+        Ok(Resp {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    /// Sends a request and returns the response head with its streaming body (for watches).
+    pub async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: impl Into<Bytes>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+        let auth = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        self.send_with(method, path, content_type, body.into(), auth)
+            .await
+    }
+
+    async fn send_with(
+        &mut self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+        authorization: Option<String>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+        let method = http::Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?;
+        let mut builder = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::HOST, "127.0.0.1")
+            .header(http::header::ACCEPT, "application/json");
+        if let Some(auth) = authorization {
+            builder = builder.header(http::header::AUTHORIZATION, auth);
+        }
+        if let Some(ct) = content_type {
+            builder = builder.header(http::header::CONTENT_TYPE, ct);
+        }
+        let request = builder.body(Full::new(body)).map_err(|e| e.to_string())?;
+        self.sender
+            .ready()
+            .await
+            .map_err(|e| format!("connection closed: {e}"))?;
+        self.sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("request failed: {e}"))
+    }
+}
+
+/// A ConfigMap body with `data`.
+pub fn configmap(namespace: &str, name: &str, data: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": data,
+    })
+}
+
+/// `metadata.resourceVersion` of an object, parsed.
+pub fn rv_of(object: &serde_json::Value) -> Option<u64> {
+    object["metadata"]["resourceVersion"].as_str()?.parse().ok()
+}
+
+/// A multi-threaded tokio runtime for tests that drive the server from sync code.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
