@@ -227,6 +227,20 @@ async fn bodies_are_limited() {
             Bytes::from_static(b"k8s"),
         )
         .await;
+    assert_eq!(
+        code,
+        StatusCode::BAD_REQUEST,
+        "a cut-short protobuf envelope"
+    );
+    let (code, _) = h
+        .send(
+            Method::POST,
+            CMS,
+            "text/plain",
+            "",
+            Bytes::from_static(b"hello"),
+        )
+        .await;
     assert_eq!(code, StatusCode::UNSUPPORTED_MEDIA_TYPE);
 }
 

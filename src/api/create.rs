@@ -63,6 +63,7 @@ pub fn check_namespace_open(req: &ApiRequest, namespace: &str, name: &str) -> Re
 pub async fn create(req: &ApiRequest, mut object: Value) -> Result<Written, ApiError> {
     let info = req.info();
     validation::check_type(info, &mut object)?;
+    validation::check_value_types(info, &object)?;
     validation::check_unknown_fields(info, req.query.field_validation.as_deref(), &object)?;
     validation::check_namespace(info, req.target.namespace.as_deref(), &mut object)?;
     let given = str_at(&object, "/metadata/name").unwrap_or("").to_string();

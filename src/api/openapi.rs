@@ -146,6 +146,168 @@ pub fn unknown_fields(
     Some(out)
 }
 
+/// Values whose JSON type does not match the kind's schema, as kube-apiserver's decoder reports
+/// them (`json: cannot unmarshal array into Go struct field ConfigMap.data of type
+/// map[string]string`); the request is answered 400 BadRequest. `null` is always accepted (it
+/// decodes to the zero value). `None` when the kind has no embedded schema.
+pub fn type_errors(group: &str, version: &str, kind: &str, object: &Value) -> Option<Vec<String>> {
+    let (doc, schema) = kind_schema(group, version, kind)?;
+    let mut out = Vec::new();
+    walk_types(doc, schema, object, kind, &mut out, 0);
+    Some(out)
+}
+
+/// The message for a body with wrong types, e.g. `ConfigMap in version "v1" cannot be handled
+/// as a ConfigMap: json: cannot unmarshal array into Go struct field ConfigMap.data of type
+/// map[string]string`.
+pub fn type_error_message(kind: &str, version: &str, errors: &[String]) -> String {
+    format!(
+        "{kind} in version \"{version}\" cannot be handled as a {kind}: {}",
+        errors.join(", ")
+    )
+}
+
+fn json_type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The Go-ish name of what `schema` expects, or `None` when any value is acceptable.
+fn expected_type(schema: &Value) -> Option<&'static str> {
+    if schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
+        return Some("intstr.IntOrString");
+    }
+    if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
+        return None;
+    }
+    match schema.get("type").and_then(Value::as_str)? {
+        "string" => Some("string"),
+        "integer" => Some("int64"),
+        "number" => Some("float64"),
+        "boolean" => Some("bool"),
+        "array" => Some("[]"),
+        "object" => Some(if schema.get("properties").is_some() {
+            "struct"
+        } else {
+            "map[string]string"
+        }),
+        _ => None,
+    }
+}
+
+fn type_matches(expected: &str, schema: &Value, value: &Value) -> bool {
+    match (expected, value) {
+        (_, Value::Null) => true,
+        ("intstr.IntOrString", Value::String(_)) => true,
+        // resource.Quantity shares the int-or-string marker but also takes fractional numbers.
+        ("intstr.IntOrString", Value::Number(n)) => {
+            n.is_i64()
+                || n.is_u64()
+                || schema
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .is_some_and(|d| d.starts_with("Quantity is"))
+        }
+        ("string", Value::String(_)) => true,
+        ("int64", Value::Number(n)) => {
+            n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)
+        }
+        ("float64", Value::Number(_)) => true,
+        ("bool", Value::Bool(_)) => true,
+        ("[]", Value::Array(_)) => true,
+        ("struct" | "map[string]string", Value::Object(_)) => true,
+        _ => false,
+    }
+}
+
+fn walk_types(
+    doc: &Value,
+    schema: &Value,
+    value: &Value,
+    path: &str,
+    out: &mut Vec<String>,
+    depth: usize,
+) {
+    if depth > 64 || out.len() >= 16 {
+        return;
+    }
+    let schema = resolve(doc, schema);
+    let Some(expected) = expected_type(schema) else {
+        return;
+    };
+    if !type_matches(expected, schema, value) {
+        let go_type = match expected {
+            "map[string]string" => match schema
+                .pointer("/additionalProperties/type")
+                .and_then(Value::as_str)
+            {
+                Some("string") | None => "map[string]string".to_string(),
+                Some(other) => format!("map[string]{other}"),
+            },
+            other => other.to_string(),
+        };
+        out.push(format!(
+            "json: cannot unmarshal {} into Go struct field {path} of type {go_type}",
+            json_type_name(value)
+        ));
+        return;
+    }
+    if let (Value::String(text), Some("byte")) =
+        (value, schema.get("format").and_then(Value::as_str))
+    {
+        use base64::Engine;
+        if let Err(e) = base64::engine::general_purpose::STANDARD.decode(text) {
+            let detail = match e {
+                base64::DecodeError::InvalidByte(at, _)
+                | base64::DecodeError::InvalidLastSymbol(at, _) => {
+                    format!("illegal base64 data at input byte {at}")
+                }
+                _ => "illegal base64 data".to_string(),
+            };
+            out.push(format!("{detail} (field {path})"));
+        }
+        return;
+    }
+    match value {
+        Value::Object(fields) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (key, child) in fields {
+                    if let Some(prop) = props.get(key) {
+                        walk_types(doc, prop, child, &format!("{path}.{key}"), out, depth + 1);
+                    }
+                }
+            } else if let Some(additional) =
+                schema.get("additionalProperties").filter(|a| a.is_object())
+            {
+                for (key, child) in fields {
+                    walk_types(
+                        doc,
+                        additional,
+                        child,
+                        &format!("{path}.{key}"),
+                        out,
+                        depth + 1,
+                    );
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for item in items {
+                    walk_types(doc, item_schema, item, path, out, depth + 1);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// kube-apiserver's message for a `fieldValidation=Strict` request carrying unknown fields
 /// (sent as a 400 BadRequest Status), e.g. `Pod in version "v1" cannot be handled as a Pod:
 /// strict decoding error: unknown field "spec.foo"`. With `Warn`, each `unknown field "…"` is

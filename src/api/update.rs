@@ -90,6 +90,7 @@ pub async fn replace(
     status_only: bool,
 ) -> Result<Written, ApiError> {
     let info = req.info();
+    validation::check_value_types(info, &wanted)?;
     validation::check_unknown_fields(info, req.query.field_validation.as_deref(), &wanted)?;
     let name = current.key.name.clone();
     let old = current.value();

@@ -90,6 +90,17 @@ pub fn check_name(info: &ResourceInfo, name: &str) -> Result<(), ApiError> {
 
 /// Checks `kind` and `apiVersion` against the URL's resource and fills them in when absent
 /// (upstream decodes with the URL's kind as the default).
+/// Rejects values of the wrong JSON type for the kind's schema with 400, as kube-apiserver's
+/// decoder does (a string where a map belongs, a number in a ConfigMap's data).
+pub fn check_value_types(info: &ResourceInfo, object: &Value) -> Result<(), ApiError> {
+    match crate::api::openapi::type_errors(info.group, info.version, info.kind, object) {
+        Some(errors) if !errors.is_empty() => Err(ApiError::BadRequest(
+            crate::api::openapi::type_error_message(info.kind, info.version, &errors),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// With `fieldValidation=Strict`, rejects fields the kind's schema does not know, with the
 /// message kube-apiserver gives (kubectl 1.33 leaves this check to the server because the
 /// OpenAPI v3 documents declare server-side field validation).
@@ -180,7 +191,41 @@ pub fn check_body_name(object: &mut Value, url_name: &str) -> Result<(), ApiErro
     }
 }
 
-/// Labels and annotations must be string maps.
+/// A qualified name (`[prefix/]name`) as label and annotation keys use.
+fn qualified_name_problem(key: &str) -> Option<String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        if prefix.is_empty() || !is_dns1123_subdomain(prefix) {
+            return Some("prefix part must be a lowercase RFC 1123 subdomain".into());
+        }
+    }
+    if name.is_empty() || name.len() > 63 {
+        return Some("name part must be non-empty and no more than 63 characters".into());
+    }
+    if !is_label_value_shaped(name) {
+        return Some("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character".into());
+    }
+    None
+}
+
+/// A label value: empty, or up to 63 characters of `[A-Za-z0-9_.-]` starting and ending with
+/// an alphanumeric character.
+fn is_label_value_shaped(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    value.is_empty()
+        || (bytes.len() <= 63
+            && bytes[0].is_ascii_alphanumeric()
+            && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
+}
+
+/// Labels and annotations must be string maps with qualified-name keys; label values must be
+/// valid label values.
 pub fn check_metadata_maps(
     info: &ResourceInfo,
     name: &str,
@@ -192,12 +237,27 @@ pub fn check_metadata_maps(
             None | Some(Value::Null) => {}
             Some(Value::Object(m)) => {
                 for (k, v) in m {
-                    if !v.is_string() {
+                    if let Some(problem) = qualified_name_problem(k) {
                         causes.push(Cause::invalid(
+                            &format!("metadata.{field}"),
+                            &Value::String(k.clone()),
+                            &problem,
+                        ));
+                    }
+                    match v.as_str() {
+                        None => causes.push(Cause::invalid(
                             &format!("metadata.{field}.{k}"),
                             v,
                             "must be a string",
-                        ));
+                        )),
+                        Some(value) if field == "labels" && !is_label_value_shaped(value) => {
+                            causes.push(Cause::invalid(
+                                &format!("metadata.labels.{k}"),
+                                v,
+                                "a valid label value must be 63 characters or less and must be empty or begin and end with an alphanumeric character ([a-z0-9A-Z]) with dashes (-), underscores (_), dots (.), and alphanumerics between",
+                            ))
+                        }
+                        Some(_) => {}
                     }
                 }
             }
