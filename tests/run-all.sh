@@ -155,6 +155,31 @@ if [ "${SKIP_KUBECTL:-0}" != 1 ]; then
     done
 fi
 
+# --- 6. packaging: the systemd hooks and units (the package builds and the booted-Debian test
+# are tests/packaging_packages.sh and tests/systemd/run.sh; they run with issue 6's work)
+if [ "${SKIP_PACKAGING:-0}" != 1 ]; then
+    echo "== packaging hooks (log: $OUT/packaging-hooks.log)"
+    if sh "$ROOT/tests/packaging_hooks.sh" >"$OUT/packaging-hooks.log" 2>&1; then hooks_failed=0; else hooks_failed=1; fi
+    grep -E '^FAIL' "$OUT/packaging-hooks.log" | head -50
+    last=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$OUT/packaging-hooks.log" | tail -n 1)
+    p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$last")
+    f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$last")
+    [ -n "$p" ] || { p=0; f=1; tail -20 "$OUT/packaging-hooks.log"; }
+    [ "$hooks_failed" = 0 ] || [ "$f" != 0 ] || f=1
+    step_result "packaging hooks" "$p" "$f"
+
+    if ! command -v systemd-analyze >/dev/null 2>&1; then
+        as_root apt-get install -y -qq systemd >/dev/null
+    fi
+    echo "== systemd units (log: $OUT/packaging-units.log)"
+    if sh "$ROOT/tests/packaging_units.sh" >"$OUT/packaging-units.log" 2>&1; then
+        step_result "systemd units" "$(grep -c '^ok' "$OUT/packaging-units.log")" 0
+    else
+        grep -E '^FAIL' "$OUT/packaging-units.log" | head -20
+        step_result "systemd units" "$(grep -c '^ok' "$OUT/packaging-units.log")" "$(grep -c '^FAIL' "$OUT/packaging-units.log")"
+    fi
+fi
+
 echo
 echo "== summary ($(($(date +%s) - START)) s; logs in $OUT)"
 for line in "${STEP_RESULTS[@]}"; do echo "$line"; done
