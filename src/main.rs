@@ -7,6 +7,7 @@ use clap::Parser;
 use litek8s::cli::Cli;
 
 fn main() -> ExitCode {
+    litek8s::tune_allocator();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version print their text and exit 0; usage errors print one line.
