@@ -274,37 +274,58 @@ fn walk_types(
         }
         return;
     }
+    for (step, child_schema, child) in schema_children(schema, value) {
+        if let Some(child_schema) = child_schema {
+            // Go names the struct field, not the index, in decoding errors.
+            let child_path = match step {
+                Step::Key(key) => format!("{path}.{key}"),
+                Step::Index(_) => path.to_string(),
+            };
+            walk_types(doc, child_schema, child, &child_path, out, depth + 1);
+        }
+    }
+}
+
+/// One step from a value to a child: an object key or an array index.
+enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// The children of `value` with the (unresolved) schema each must match; object keys the
+/// schema does not define come back with `None`. Maps (`additionalProperties`) and schemas
+/// without properties accept any key.
+fn schema_children<'a>(
+    schema: &'a Value,
+    value: &'a Value,
+) -> Vec<(Step<'a>, Option<&'a Value>, &'a Value)> {
     match value {
         Value::Object(fields) => {
             if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-                for (key, child) in fields {
-                    if let Some(prop) = props.get(key) {
-                        walk_types(doc, prop, child, &format!("{path}.{key}"), out, depth + 1);
-                    }
-                }
+                fields
+                    .iter()
+                    .map(|(key, child)| (Step::Key(key.as_str()), props.get(key), child))
+                    .collect()
             } else if let Some(additional) =
                 schema.get("additionalProperties").filter(|a| a.is_object())
             {
-                for (key, child) in fields {
-                    walk_types(
-                        doc,
-                        additional,
-                        child,
-                        &format!("{path}.{key}"),
-                        out,
-                        depth + 1,
-                    );
-                }
+                fields
+                    .iter()
+                    .map(|(key, child)| (Step::Key(key.as_str()), Some(additional), child))
+                    .collect()
+            } else {
+                Vec::new()
             }
         }
-        Value::Array(items) => {
-            if let Some(item_schema) = schema.get("items") {
-                for item in items {
-                    walk_types(doc, item_schema, item, path, out, depth + 1);
-                }
-            }
-        }
-        _ => {}
+        Value::Array(items) => match schema.get("items") {
+            Some(item_schema) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| (Step::Index(i), Some(item_schema), item))
+                .collect(),
+            None => Vec::new(),
+        },
+        _ => Vec::new(),
     }
 }
 
@@ -352,50 +373,16 @@ fn walk(
     if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
         return;
     }
-    match value {
-        Value::Object(fields) => {
-            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-                for (key, child) in fields {
-                    let child_path = if path.is_empty() {
-                        key.clone()
-                    } else {
-                        format!("{path}.{key}")
-                    };
-                    match props.get(key) {
-                        Some(prop) => walk(doc, prop, child, &child_path, out, depth + 1),
-                        None => out.push(child_path),
-                    }
-                }
-            } else if let Some(additional) =
-                schema.get("additionalProperties").filter(|a| a.is_object())
-            {
-                for (key, child) in fields {
-                    walk(
-                        doc,
-                        additional,
-                        child,
-                        &format!("{path}.{key}"),
-                        out,
-                        depth + 1,
-                    );
-                }
-            }
+    for (step, child_schema, child) in schema_children(schema, value) {
+        let child_path = match step {
+            Step::Key(key) if path.is_empty() => key.to_string(),
+            Step::Key(key) => format!("{path}.{key}"),
+            Step::Index(i) => format!("{path}[{i}]"),
+        };
+        match child_schema {
+            Some(child_schema) => walk(doc, child_schema, child, &child_path, out, depth + 1),
+            None => out.push(child_path),
         }
-        Value::Array(items) => {
-            if let Some(item_schema) = schema.get("items") {
-                for (i, item) in items.iter().enumerate() {
-                    walk(
-                        doc,
-                        item_schema,
-                        item,
-                        &format!("{path}[{i}]"),
-                        out,
-                        depth + 1,
-                    );
-                }
-            }
-        }
-        _ => {}
     }
 }
 
