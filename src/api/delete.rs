@@ -10,7 +10,7 @@ use super::create::Written;
 use super::list::Filter;
 use super::request::ApiRequest;
 use super::status::{self, ApiError, Cause, Gr};
-use super::update::MAX_ATTEMPTS;
+use super::update::{self, MAX_ATTEMPTS};
 use super::{body, kinds, meta, namespace, output, response, ApiBody};
 use crate::kube::mutation::{ApplyError, Mutation, Precondition};
 use crate::kube::object::ObjectRef;
@@ -173,15 +173,7 @@ pub async fn delete_one(
             if opts.dry_run {
                 return Ok(Deleted::Pending(Written::DryRun(value)));
             }
-            let result = req
-                .ctx
-                .writer
-                .write(Mutation::Update {
-                    key: current.key.clone(),
-                    object: value,
-                    precondition: Precondition::at(current.resource_version),
-                })
-                .await;
+            let result = update::write_over(req, &current, value).await;
             match result {
                 Ok(stored) => return Ok(Deleted::Pending(Written::Stored(stored))),
                 Err(WriteError::Rejected(ApplyError::Conflict { .. })) => continue,

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::create::Written;
 use super::request::ApiRequest;
 use super::status::{ApiError, Gr};
-use super::{body, meta, ApiBody, ApiContext};
+use super::{body, meta, update, ApiBody, ApiContext};
 use crate::kube::mutation::{Mutation, Precondition};
 use crate::kube::object::{ObjectKey, ObjectRef};
 use crate::kube::resources::{self, ResourceInfo};
@@ -44,14 +44,7 @@ pub async fn begin_delete(
     if dry_run {
         return Ok(Written::DryRun(value));
     }
-    let stored = req
-        .ctx
-        .writer
-        .write(Mutation::Update {
-            key: current.key.clone(),
-            object: value,
-            precondition: Precondition::at(current.resource_version),
-        })
+    let stored = update::write_over(req, current, value)
         .await
         .map_err(|e| ApiError::from_write(req.info(), e))?;
     let ctx = req.ctx.clone();
@@ -167,14 +160,7 @@ pub async fn finalize(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
         .cloned()
         .unwrap_or_else(|| json!([]));
     meta::set_path(&mut value, &["spec", "finalizers"], finalizers);
-    let stored = req
-        .ctx
-        .writer
-        .write(Mutation::Update {
-            key: current.key.clone(),
-            object: value,
-            precondition: Precondition::at(current.resource_version),
-        })
+    let stored = update::write_over(req, &current, value)
         .await
         .map_err(|e| ApiError::from_write(req.info(), e))?;
     Written::Stored(stored).respond(req, StatusCode::OK)

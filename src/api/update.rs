@@ -79,6 +79,23 @@ pub async fn put(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
     Err(ApiError::conflict_modified(info, &name))
 }
 
+/// Writes `object` over `current`, on the condition that the store still holds `current`'s
+/// resourceVersion (a concurrent change comes back as a conflict).
+pub async fn write_over(
+    req: &ApiRequest,
+    current: &ObjectRef,
+    object: Value,
+) -> Result<ObjectRef, WriteError> {
+    req.ctx
+        .writer
+        .write(Mutation::Update {
+            key: current.key.clone(),
+            object,
+            precondition: Precondition::at(current.resource_version),
+        })
+        .await
+}
+
 /// Writes `wanted` over `current` (both full objects of the request's kind). With
 /// `status_only`, only `status` is taken from `wanted`; otherwise `status` is kept from
 /// `current` for kinds with a status subresource. A store conflict comes back as
@@ -144,15 +161,7 @@ pub async fn replace(
             .unwrap_or(0)
             == 0
         && !(info.group.is_empty() && info.plural == "namespaces");
-    let result = req
-        .ctx
-        .writer
-        .write(Mutation::Update {
-            key: current.key.clone(),
-            object: new,
-            precondition: Precondition::at(current.resource_version),
-        })
-        .await;
+    let result = write_over(req, current, new).await;
     drop(reservation);
     let stored = result.map_err(|e| ApiError::from_write(info, e))?;
     if finalized {
