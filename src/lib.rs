@@ -19,7 +19,11 @@ pub mod storage;
 pub mod systemd;
 
 /// mimalloc instead of glibc malloc: the store and the WAL replay allocate many small, short-lived
-/// values (keys, JSON nodes), where it is measurably faster (bench/WAL.md, bench/API.md).
+/// values (keys, JSON nodes), where it is measurably faster (bench/WAL.md, bench/API.md: restart
+/// with 100,000 mutations 2.27 s → ~1 s, watch event p99 70 → ~45 ms at 1,000 watchers).
+/// Transparent huge pages stay allowed: they hold ~10 MiB of the ~20 MiB idle RSS (mimalloc's
+/// `no_thp` feature brings idle RSS to 9.5 MiB) but are worth ~12 % of create throughput
+/// (64 connections: 8,100–8,600/s with, 6,900–7,700/s without, measured on 2 cores).
 #[global_allocator]
 static GLOBAL_ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
