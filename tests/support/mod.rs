@@ -271,6 +271,23 @@ pub struct Resp {
 }
 
 impl Resp {
+    /// Reads a whole response: status, headers and the collected body.
+    async fn read(response: http::Response<hyper::body::Incoming>) -> Result<Resp, String> {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("read body: {e}"))?
+            .to_bytes();
+        Ok(Resp {
+            status,
+            headers,
+            body,
+        })
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
     }
@@ -395,19 +412,7 @@ impl Conn {
         body: impl Into<Bytes>,
     ) -> Result<Resp, String> {
         let response = self.send(method, path, content_type, body).await?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("read body: {e}"))?
-            .to_bytes();
-        Ok(Resp {
-            status,
-            headers,
-            body,
-        })
+        Resp::read(response).await
     }
 
     /// A bodiless request with a raw `Authorization` header value instead of the token.
@@ -426,19 +431,7 @@ impl Conn {
                 Some(authorization.to_string()),
             )
             .await?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("read body: {e}"))?
-            .to_bytes();
-        Ok(Resp {
-            status,
-            headers,
-            body,
-        })
+        Resp::read(response).await
     }
 
     /// Sends a request and returns the response head with its streaming body (for watches).
