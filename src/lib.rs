@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //! - [`allocator`]: mimalloc and when the process may use transparent huge pages.
+//! - [`cluster`]: the HA cluster: Raft node, server-to-server transport, joins, forwarding.
 //! - [`cli`]: the `litek8s` command and its flags, resolved into settings.
 //! - [`kube`]: the object model and the deterministic store that every write goes through
 //!   (Mutation → Writer → store.apply), `objects.wal`, the resource registry, selectors.
@@ -14,6 +15,7 @@
 pub mod allocator;
 pub mod api;
 pub mod cli;
+pub mod cluster;
 pub mod kube;
 pub mod raft;
 pub mod server;

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use super::cluster_ip::ClusterIpAllocator;
 use crate::kube::store::Store;
-use crate::kube::writer::Writer;
+use crate::kube::writer::{LocalReads, ReadBarrier, Writer};
 
 /// The authenticated caller of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +42,8 @@ pub struct ApiSettings {
 pub struct ApiContext {
     pub store: Arc<Store>,
     pub writer: Arc<dyn Writer>,
+    /// The barrier `resourceVersion=""` reads and writes pass first (HA: ReadIndex).
+    pub reads: Arc<dyn ReadBarrier>,
     pub settings: ApiSettings,
     pub started_at: SystemTime,
     /// Whether /readyz reports ready (single server: WAL replayed and listening).
@@ -51,16 +53,24 @@ pub struct ApiContext {
 }
 
 impl ApiContext {
-    /// A context with `ready` false; the transport sets it once it listens.
+    /// A context with `ready` false and the single-server read barrier (none); the transport
+    /// sets `ready` once it listens, a cluster replaces `reads` with its ReadIndex barrier.
     pub fn new(store: Arc<Store>, writer: Arc<dyn Writer>, settings: ApiSettings) -> Self {
         let cluster_ips = ClusterIpAllocator::new(&settings.service_cidr);
         ApiContext {
             store,
             writer,
+            reads: Arc::new(LocalReads),
             settings,
             started_at: SystemTime::now(),
             ready: std::sync::atomic::AtomicBool::new(false),
             cluster_ips,
         }
+    }
+
+    /// Replaces the read barrier (a cluster member's ReadIndex).
+    pub fn with_reads(mut self, reads: Arc<dyn ReadBarrier>) -> Self {
+        self.reads = reads;
+        self
     }
 }

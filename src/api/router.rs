@@ -3,6 +3,7 @@
 //! health checks. Both are generic over the request body so tests can drive them with
 //! in-memory bodies.
 
+use crate::kube::writer::BarrierError;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -92,6 +93,21 @@ where
 }
 
 async fn dispatch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
+    // SPEC H5: a read of the latest state, and every write (its handler reads the current
+    // object first), starts from a store that holds every write acknowledged before it.
+    let latest_read = req.method == Method::GET
+        && req
+            .query
+            .resource_version
+            .as_deref()
+            .unwrap_or("")
+            .is_empty();
+    if latest_read || req.method != Method::GET {
+        req.ctx.reads.linearize().await.map_err(|e| match e {
+            BarrierError::Timeout(reason) => ApiError::Timeout(reason),
+            BarrierError::Unavailable(reason) => ApiError::ServiceUnavailable(reason),
+        })?;
+    }
     let t = &req.target;
     let in_namespace = !t.info.namespaced || t.namespace.is_some();
     match (t.name.is_some(), t.subresource.as_deref(), &req.method) {

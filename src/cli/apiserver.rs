@@ -6,11 +6,13 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use crate::server::settings::{first_service_ip, ServerSettings};
+use crate::server::settings::{first_service_ip, ClusterFlags, ServerSettings};
 
 /// The long help of `litek8s apiserver --help`.
 pub const LONG_ABOUT: &str =
-    "Run the Kubernetes API server (single server; HA cluster in a later release).
+    "Run the Kubernetes API server: a single server, or a member of an HA cluster of 3 or 5
+servers (--cluster-init on the first, --server https://FIRST:6443 with LITEK8S_TOKEN on the
+others).
 
 On first start the data directory is created (mode 0700) with a cluster CA, a serving \
 certificate, an admin token and objects.wal, and an admin kubeconfig is written; later starts \
@@ -51,6 +53,20 @@ pub struct ApiserverArgs {
     /// Watch events kept for watches that resume from an older resourceVersion.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub watch_history: usize,
+
+    /// Start a new HA cluster with this server as its first member. The join token is
+    /// written to <data-dir>/join-token; LITEK8S_TOKEN, when set, supplies the secret.
+    #[arg(long, conflicts_with = "server")]
+    pub cluster_init: bool,
+
+    /// Join the cluster of this server (https://HOST:PORT, its API address). The join token
+    /// comes from the LITEK8S_TOKEN environment variable, never from the command line.
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+
+    /// Port of the Raft listener (server-to-server traffic); default: the API port + 1.
+    #[arg(long, value_name = "PORT")]
+    pub raft_port: Option<u16>,
 }
 
 impl ApiserverArgs {
@@ -89,6 +105,14 @@ impl ApiserverArgs {
             service_cidr: self.service_cidr,
             kubernetes_service_ip,
             watch_history: self.watch_history,
+            cluster: ClusterFlags {
+                init: self.cluster_init,
+                server: self.server,
+                raft_port: self.raft_port,
+                token: std::env::var("LITEK8S_TOKEN")
+                    .ok()
+                    .filter(|t| !t.trim().is_empty()),
+            },
         })
     }
 

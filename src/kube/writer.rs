@@ -29,3 +29,31 @@ pub type WriteFuture<'a> = Pin<Box<dyn Future<Output = Result<ObjectRef, WriteEr
 pub trait Writer: Send + Sync {
     fn write(&self, mutation: Mutation) -> WriteFuture<'_>;
 }
+
+/// Why a linearizable read could not be served.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BarrierError {
+    /// No leader answered in time, or this server is cut off from the majority.
+    #[error("{0}")]
+    Timeout(String),
+    /// The server is stopping or its consensus module failed.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+pub type BarrierFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BarrierError>> + Send + 'a>>;
+
+/// The read barrier of `resourceVersion=""` reads and of write handlers (SPEC H5): once it
+/// returns, the local store holds every write acknowledged before it was called.
+pub trait ReadBarrier: Send + Sync {
+    fn linearize(&self) -> BarrierFuture<'_>;
+}
+
+/// A single server: its store is the only copy, so every read is already linearizable.
+pub struct LocalReads;
+
+impl ReadBarrier for LocalReads {
+    fn linearize(&self) -> BarrierFuture<'_> {
+        Box::pin(async { Ok(()) })
+    }
+}

@@ -22,7 +22,11 @@ pub enum ProposeError {
     /// Committed and applied, and the store refused it (conflict, not found…).
     #[error(transparent)]
     Rejected(#[from] ApplyError),
-    /// Raft did not commit the batch (not the leader, shutting down, storage failed).
+    /// This node does not lead: nothing was appended, a retry elsewhere is safe.
+    #[error("this server is not the Raft leader")]
+    NotLeader,
+    /// Raft did not commit the batch (leadership lost after appending, shutting down,
+    /// storage failed): it may or may not apply later.
     #[error("raft: {0}")]
     Raft(String),
     /// The batcher has stopped.
@@ -48,7 +52,10 @@ impl Propose for openraft::Raft<TypeConfig> {
             self.client_write(batch)
                 .await
                 .map(|response| response.data)
-                .map_err(|e| ProposeError::Raft(e.to_string()))
+                .map_err(|e| match e.forward_to_leader::<openraft::BasicNode>() {
+                    Some(_) => ProposeError::NotLeader,
+                    None => ProposeError::Raft(e.to_string()),
+                })
         })
     }
 }

@@ -11,11 +11,14 @@ use serde_json::json;
 
 use super::authn::{Authenticator, Connection};
 use crate::api::{response, router, ApiBody, ApiContext};
+use crate::cluster::endpoints::ClusterEndpoints;
 
 /// What every connection task shares.
 pub struct Dispatch {
     pub ctx: Arc<ApiContext>,
     pub authn: Authenticator,
+    /// The cluster endpoints of the API port (`/cacerts`, joins), on cluster members.
+    pub cluster: Option<Arc<ClusterEndpoints>>,
 }
 
 impl Dispatch {
@@ -25,6 +28,11 @@ impl Dispatch {
         conn: Arc<Connection>,
         req: Request<Incoming>,
     ) -> Result<Response<ApiBody>, Infallible> {
+        if let Some(cluster) = &self.cluster {
+            if ClusterEndpoints::owns(req.uri().path()) {
+                return Ok(cluster.handle(req, conn.tls).await);
+            }
+        }
         // Health endpoints answer everyone the same way, credentials or not.
         if let Some(resp) = router::serve_anonymous(self.ctx.clone(), &req).await {
             return Ok(resp);

@@ -31,6 +31,9 @@ pub enum ServerError {
     Wal(#[from] WalError),
     #[error("bootstrap: {0}")]
     Bootstrap(String),
+    /// Forming, joining or running the cluster failed.
+    #[error("cluster: {0}")]
+    Cluster(String),
 }
 
 impl ServerError {

@@ -21,6 +21,8 @@ use super::settings::ServerSettings;
 use super::token::AdminToken;
 use super::{bootstrap, kubeconfig, lease, pki, tls};
 use crate::api::{ApiContext, ApiSettings};
+use crate::cluster::member::ClusterDir;
+use crate::cluster::start::{self as cluster_start, Mode};
 use crate::kube::store::{Store, StoreConfig};
 use crate::kube::wal::{WalConfig, WalWriter};
 
@@ -70,6 +72,11 @@ pub async fn run_until(
     readiness: Arc<crate::systemd::readiness::ReadinessReporter>,
 ) -> Result<(), ServerError> {
     let dir = DataDir::prepare(&settings.data_dir)?;
+    let cluster_dir = ClusterDir::new(dir.root());
+    let mode = cluster_start::decide(&settings, &cluster_dir)?;
+    if let Mode::Join { addr, token } = &mode {
+        cluster_start::prepare_join(&dir, &cluster_dir, addr, token).await?;
+    }
     let token = AdminToken::load_or_create(&dir.admin_token())?;
     let pki = pki::load_or_create(&dir, &pki::serving_names(&settings))?;
     let tls_config = tls::server_config(&pki)?;
@@ -78,24 +85,10 @@ pub async fn run_until(
         history_window: settings.watch_history,
         ..StoreConfig::default()
     }));
-    let data_dir = dir.root().to_path_buf();
-    let wal_store = store.clone();
-    readiness.set(
-        crate::systemd::readiness::Readiness::ReplayingLog { done: 0, total: 0 },
-        "opening objects.wal",
-    );
-    // Replay is synchronous disk work; keep it off the async workers.
-    let (writer, report) = tokio::task::spawn_blocking(move || {
-        WalWriter::open(&data_dir, wal_store, WalConfig::default())
-    })
-    .await
-    .map_err(|e| ServerError::Bootstrap(format!("WAL replay task failed: {e}")))??;
-    tracing::info!(
-        checkpoint_objects = report.checkpoint_objects,
-        replayed = report.replayed_mutations,
-        resource_version = store.resource_version(),
-        "objects.wal replayed"
-    );
+    let wal_writer = match mode {
+        Mode::Single => Some(open_wal(&dir, &store, &readiness).await?),
+        _ => None,
+    };
 
     let tcp = TcpListener::bind(settings.listen)
         .await
@@ -116,22 +109,50 @@ pub async fn run_until(
     let kubeconfig_yaml = kubeconfig::render(&url, &pki.ca_cert_pem, token.as_str());
     kubeconfig::write(&settings.kubeconfig, &kubeconfig_yaml)?;
 
-    let ctx = Arc::new(ApiContext::new(
-        store,
-        Arc::new(writer),
-        ApiSettings {
-            server_name: settings.name.clone(),
-            node_ips: settings.advertised_ips(),
-            api_port: bound.port(),
-            service_cidr: settings.service_cidr.clone(),
-        },
-    ));
+    let api_settings = ApiSettings {
+        server_name: settings.name.clone(),
+        node_ips: settings.advertised_ips(),
+        api_port: bound.port(),
+        service_cidr: settings.service_cidr.clone(),
+    };
+    let (ctx, member) = match wal_writer {
+        Some(writer) => (
+            Arc::new(ApiContext::new(
+                store.clone(),
+                Arc::new(writer),
+                api_settings.clone(),
+            )),
+            None,
+        ),
+        None => {
+            let started = cluster_start::start(cluster_start::StartInputs {
+                mode,
+                settings: &settings,
+                data: &dir,
+                store: store.clone(),
+                ca_cert: pki.ca_cert_pem.clone(),
+                tls: TlsAcceptor::from(tls_config.clone()),
+                admin_token: token.as_str().to_string(),
+                api_addr: bound,
+                shutdown: shutdown.clone(),
+                readiness: readiness.clone(),
+            })
+            .await?;
+            let ctx = Arc::new(cluster_start::api_context(
+                &started.node,
+                store.clone(),
+                api_settings.clone(),
+            ));
+            (ctx, Some(started))
+        }
+    };
     let listener = Listener {
         tcp,
         tls: TlsAcceptor::from(tls_config),
         dispatch: Arc::new(Dispatch {
             ctx: ctx.clone(),
             authn: Authenticator::new(token),
+            cluster: member.as_ref().map(|m| m.endpoints.clone()),
         }),
         limits: Limits::default(),
     };
@@ -143,31 +164,87 @@ pub async fn run_until(
         "API server listening"
     );
 
-    bootstrap::ensure_all(&ctx).await?;
-    lease::renew(&ctx, &settings.hostname)
-        .await
-        .map_err(|e| ServerError::Bootstrap(format!("apiserver lease: {e}")))?;
-    tokio::spawn(lease::renew_loop(
-        ctx.clone(),
-        settings.hostname.clone(),
-        shutdown.clone(),
-    ));
-    ctx.ready.store(true, Ordering::SeqCst);
-    tracing::info!("ready");
-    readiness.set(
-        crate::systemd::readiness::Readiness::Ready {
-            role: crate::systemd::readiness::Role::Single,
-            term: 0,
-            applied: ctx.store.resource_version(),
-        },
-        "WAL replayed, listening, bootstrap objects present",
-    );
+    match &member {
+        None => {
+            bootstrap::ensure_all(&ctx).await?;
+            lease::renew(&ctx, &settings.hostname)
+                .await
+                .map_err(|e| ServerError::Bootstrap(format!("apiserver lease: {e}")))?;
+            tokio::spawn(lease::renew_loop(
+                ctx.clone(),
+                settings.hostname.clone(),
+                shutdown.clone(),
+            ));
+            ctx.ready.store(true, Ordering::SeqCst);
+            tracing::info!("ready");
+            readiness.set(
+                crate::systemd::readiness::Readiness::Ready {
+                    role: crate::systemd::readiness::Role::Single,
+                    term: 0,
+                    applied: ctx.store.resource_version(),
+                },
+                "WAL replayed, listening, bootstrap objects present",
+            );
+        }
+        Some(started) => {
+            tokio::spawn(crate::cluster::leader::run(
+                started.node.clone(),
+                store.clone(),
+                api_settings,
+                shutdown.clone(),
+            ));
+            tokio::spawn(cluster_start::readiness_loop(
+                started.node.clone(),
+                ctx.clone(),
+                readiness.clone(),
+                shutdown.clone(),
+            ));
+            // Each member's own Lease (SPEC H7), renewed through the cluster writer.
+            let (lease_ctx, name, stop) = (ctx.clone(), settings.name.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                if let Err(e) = lease::renew(&lease_ctx, &name).await {
+                    tracing::warn!(error = %e, "creating the apiserver lease failed; retrying");
+                }
+                lease::renew_loop(lease_ctx, name, stop).await;
+            });
+        }
+    }
 
     if serving.await.is_err() {
         tracing::error!("the listener task panicked");
     }
+    if let Some(started) = member {
+        started.node.shutdown().await;
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Replays objects.wal into `store` (single server).
+async fn open_wal(
+    dir: &DataDir,
+    store: &Arc<Store>,
+    readiness: &crate::systemd::readiness::ReadinessReporter,
+) -> Result<WalWriter, ServerError> {
+    let data_dir = dir.root().to_path_buf();
+    let wal_store = store.clone();
+    readiness.set(
+        crate::systemd::readiness::Readiness::ReplayingLog { done: 0, total: 0 },
+        "opening objects.wal",
+    );
+    // Replay is synchronous disk work; keep it off the async workers.
+    let (writer, report) = tokio::task::spawn_blocking(move || {
+        WalWriter::open(&data_dir, wal_store, WalConfig::default())
+    })
+    .await
+    .map_err(|e| ServerError::Bootstrap(format!("WAL replay task failed: {e}")))??;
+    tracing::info!(
+        checkpoint_objects = report.checkpoint_objects,
+        replayed = report.replayed_mutations,
+        resource_version = store.resource_version(),
+        "objects.wal replayed"
+    );
+    Ok(writer)
 }
 
 /// Fires `shutdown` on the first SIGTERM or SIGINT.

@@ -25,6 +25,28 @@ pub struct ServerSettings {
     pub kubernetes_service_ip: IpAddr,
     /// Watch events kept for resuming watches.
     pub watch_history: usize,
+    /// HA cluster flags (all unset: a single server).
+    pub cluster: ClusterFlags,
+}
+
+/// `--cluster-init`, `--server`, `--raft-port` and the `LITEK8S_TOKEN` environment variable.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ClusterFlags {
+    pub init: bool,
+    pub server: Option<String>,
+    pub raft_port: Option<u16>,
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for ClusterFlags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterFlags")
+            .field("init", &self.init)
+            .field("server", &self.server)
+            .field("raft_port", &self.raft_port)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl ServerSettings {

@@ -1,0 +1,150 @@
+//! The cluster endpoints of the API port: `/cacerts` for joiners (public: a joiner checks its
+//! hash against the token), and the secret-authenticated join bundle, join, member list and
+//! removal, which run on the leader (forwarded over the Raft listener when this member
+//! follows).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{header, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+use super::member::Member;
+use super::membership;
+use super::node::{ClusterNode, Leadership};
+use super::peer::PeerError;
+use super::protocol::{api_paths, paths, JoinBundle, JoinRequest, MembershipReply, RemoveRequest};
+use crate::api::{response, ApiBody};
+
+/// How long a join may take (a learner catching up with a large store included).
+const JOIN_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// What the endpoints serve from.
+pub struct ClusterEndpoints {
+    pub node: Arc<ClusterNode>,
+    pub ca_cert: String,
+    pub ca_key: String,
+    pub admin_token: String,
+}
+
+fn text(status: StatusCode, message: &str) -> Response<ApiBody> {
+    response::with_type(status, "text/plain; charset=utf-8", format!("{message}\n"))
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Response<ApiBody> {
+    match serde_json::to_vec(value) {
+        Ok(bytes) => response::with_type(StatusCode::OK, "application/json", bytes),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+impl ClusterEndpoints {
+    /// Whether `path` is one of these endpoints.
+    pub fn owns(path: &str) -> bool {
+        path == api_paths::CACERTS || path.starts_with("/litek8s/v1/")
+    }
+
+    /// Answers a request for one of these endpoints (`owns` was true). `tls` says whether the
+    /// connection is HTTPS: only `/cacerts` is served over plain HTTP.
+    pub async fn handle(&self, req: Request<Incoming>, tls: bool) -> Response<ApiBody> {
+        let path = req.uri().path().to_string();
+        if path == api_paths::CACERTS {
+            return response::with_type(
+                StatusCode::OK,
+                "application/x-pem-file",
+                self.ca_cert.clone(),
+            );
+        }
+        if !tls {
+            return text(StatusCode::NOT_FOUND, "use HTTPS");
+        }
+        let authorized = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+            .is_some_and(|token| self.node.secret.matches(token));
+        if !authorized {
+            return text(StatusCode::UNAUTHORIZED, "the cluster secret is required");
+        }
+        let body = match Limited::new(req.into_body(), 64 << 10).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => return text(StatusCode::BAD_REQUEST, &format!("reading the body: {e}")),
+        };
+        match path.as_str() {
+            api_paths::BUNDLE => json(&self.bundle()),
+            api_paths::JOIN => match serde_json::from_slice::<JoinRequest>(&body) {
+                Ok(request) => json(&self.on_leader(paths::JOIN, &request, JOIN_TIMEOUT).await),
+                Err(e) => text(StatusCode::BAD_REQUEST, &format!("join request: {e}")),
+            },
+            api_paths::MEMBERS => json(
+                &self
+                    .on_leader(paths::MEMBERS, &(), Duration::from_secs(5))
+                    .await,
+            ),
+            api_paths::REMOVE => match serde_json::from_slice::<RemoveRequest>(&body) {
+                Ok(request) => json(&self.on_leader(paths::REMOVE, &request, JOIN_TIMEOUT).await),
+                Err(e) => text(StatusCode::BAD_REQUEST, &format!("remove request: {e}")),
+            },
+            _ => text(StatusCode::NOT_FOUND, "no such endpoint"),
+        }
+    }
+
+    fn bundle(&self) -> JoinBundle {
+        let metrics = self.node.metrics();
+        JoinBundle {
+            ca_cert: self.ca_cert.clone(),
+            ca_key: self.ca_key.clone(),
+            admin_token: self.admin_token.clone(),
+            members: metrics
+                .membership_config
+                .nodes()
+                .map(|(_, n)| Member::from_node(n))
+                .collect(),
+        }
+    }
+
+    /// Runs a membership request on the leader: here if this member leads, else forwarded.
+    async fn on_leader<T: serde::Serialize>(
+        &self,
+        path: &str,
+        request: &T,
+        timeout: Duration,
+    ) -> MembershipReply {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.node.wait_for_leader(remaining).await {
+                Leadership::Unknown => return MembershipReply::NotLeader,
+                Leadership::Me if path == paths::MEMBERS => {
+                    return MembershipReply::Done(membership::view(&self.node))
+                }
+                Leadership::Me | Leadership::Other { .. } => {}
+            }
+            let target = match self.node.leadership() {
+                Leadership::Me => self.node.me.raft.clone(),
+                Leadership::Other { member, .. } => member.raft,
+                Leadership::Unknown => continue,
+            };
+            let reply: Result<MembershipReply, PeerError> = self
+                .node
+                .peers
+                .post(
+                    &target,
+                    path,
+                    request,
+                    remaining.max(Duration::from_secs(1)),
+                )
+                .await;
+            match reply {
+                Ok(MembershipReply::NotLeader) | Err(PeerError::Unreachable { .. })
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Ok(reply) => return reply,
+                Err(e) => return MembershipReply::Refused(e.to_string()),
+            }
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! The HA cluster (SPEC H): 3 or 5 API servers replicating the store through openraft.
+//!
+//! # Layout
+//! - [`start`]: the mode a start runs in (single, `--cluster-init`, join, member) and the
+//!   assembly of a member; [`join`]: the joining side's handshake; [`token`]: the join token.
+//! - [`node`]: the Raft node on its own runtime; [`timers`]: heartbeat/election settings.
+//! - [`network`] (client) and [`rpc`] (the Raft listener): Raft RPCs and cluster endpoints
+//!   between servers over HTTPS pinned to the cluster CA ([`peer`]), authenticated with the
+//!   cluster secret; [`protocol`]: the cluster messages.
+//! - [`writer`]: writes (leader: batcher; follower: forwarded proposals);
+//!   [`reads`]: the ReadIndex barrier.
+//! - [`membership`]: joins, promotion and removal on the leader; [`member`]: identities.
+//! - [`leader`]: leader-only loops; [`endpoints`]: the cluster endpoints of the API port.
+
+pub mod endpoints;
+pub mod join;
+pub mod leader;
+pub mod member;
+pub mod membership;
+pub mod network;
+pub mod node;
+pub mod peer;
+pub mod protocol;
+pub mod reads;
+pub mod rpc;
+pub mod start;
+pub mod timers;
+pub mod token;
+pub mod writer;

@@ -1,0 +1,132 @@
+//! openraft's network: `RaftNetworkFactory`/`RaftNetwork` over `PeerClient`, posting Raft RPCs
+//! as JSON to the peer's Raft listener (`rpc`). AppendEntries bodies are capped at 512 KiB
+//! (SPEC H10): a larger request is refused locally with a hint so openraft sends fewer
+//! entries.
+
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::member::Member;
+use super::peer::{PeerClient, PeerError};
+use crate::raft::types::{NodeId, TypeConfig};
+
+/// The most bytes one AppendEntries request may carry.
+pub const APPEND_ENTRIES_CAP: usize = 512 << 10;
+
+/// Paths of the Raft listener.
+pub mod paths {
+    pub const APPEND: &str = "/raft/append";
+    pub const VOTE: &str = "/raft/vote";
+    pub const SNAPSHOT: &str = "/raft/snapshot";
+}
+
+/// Makes one `Peer` per target; all share the pooled client.
+pub struct Network {
+    pub client: PeerClient,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
+        Peer {
+            target,
+            node: node.clone(),
+            addr: Member::from_node(node).raft,
+            client: self.client.clone(),
+        }
+    }
+}
+
+/// The connection to one peer's Raft listener.
+pub struct Peer {
+    target: NodeId,
+    node: BasicNode,
+    addr: String,
+    client: PeerClient,
+}
+
+type RpcResult<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
+
+impl Peer {
+    async fn call<Resp, E>(&self, path: &str, body: &[u8], timeout: Duration) -> RpcResult<Resp, E>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let answer = self
+            .client
+            .send(
+                &self.addr,
+                http::Method::POST,
+                path,
+                bytes::Bytes::copy_from_slice(body),
+                timeout,
+            )
+            .await
+            .map_err(|e| match e {
+                PeerError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+                other => RPCError::Network(NetworkError::new(&other)),
+            })?;
+        let decoded: Result<Resp, RaftError<NodeId, E>> = serde_json::from_slice(&answer)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        decoded.map_err(|remote| {
+            RPCError::RemoteError(RemoteError::new_with_node(
+                self.target,
+                self.node.clone(),
+                remote,
+            ))
+        })
+    }
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, NetworkError> {
+    serde_json::to_vec(value).map_err(|e| NetworkError::new(&e))
+}
+
+impl RaftNetwork<TypeConfig> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        let body = encode(&rpc).map_err(RPCError::Network)?;
+        if body.len() > APPEND_ENTRIES_CAP && rpc.entries.len() > 1 {
+            let hint = (rpc.entries.len() as u64 / 2).max(1);
+            return Err(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(hint),
+            ));
+        }
+        self.call(paths::APPEND, &body, option.hard_ttl()).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        let body = encode(&rpc).map_err(RPCError::Network)?;
+        self.call(paths::SNAPSHOT, &body, option.hard_ttl()).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+        let body = encode(&rpc).map_err(RPCError::Network)?;
+        self.call(paths::VOTE, &body, option.hard_ttl()).await
+    }
+}

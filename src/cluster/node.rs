@@ -1,0 +1,266 @@
+//! One cluster member's Raft node: the openraft instance over the segmented log and the
+//! store's state machine, running on its own runtime (a dedicated thread) so API load never
+//! delays heartbeats (SPEC H9), plus what the rest of the server asks of it: who leads, local
+//! proposals through the batcher, and what this member last heard from its leader.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::{Raft, RaftMetrics, ServerState};
+use parking_lot::Mutex;
+
+use super::member::Member;
+use super::network::Network;
+use super::peer::PeerClient;
+use super::timers::Timers;
+use super::token::ClusterSecret;
+use crate::kube::store::Store;
+use crate::raft::batcher::{BatchLimits, Batcher, ProposeError};
+use crate::raft::log::{LogConfig, LogStore};
+use crate::raft::state_machine::StateMachine;
+use crate::raft::types::{Applied, NodeId, Proposal, TypeConfig};
+use crate::server::ServerError;
+
+/// Who leads, as this member sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leadership {
+    /// This member leads.
+    Me,
+    /// Another member leads.
+    Other { id: NodeId, member: Member },
+    /// No leader known (election in progress, or cut off).
+    Unknown,
+}
+
+/// What a follower last heard from a leader (AppendEntries, heartbeats included).
+#[derive(Debug, Clone, Copy, Default)]
+struct Heard {
+    at: Option<Instant>,
+    leader_commit: Option<u64>,
+}
+
+/// Everything needed to start a node.
+pub struct NodeConfig {
+    pub id: NodeId,
+    pub me: Member,
+    pub store: Arc<Store>,
+    pub secret: ClusterSecret,
+    pub ca_pem: String,
+    pub timers: Timers,
+    pub log_dir: std::path::PathBuf,
+    pub snapshot_dir: std::path::PathBuf,
+}
+
+/// A running Raft member.
+pub struct ClusterNode {
+    pub id: NodeId,
+    pub me: Member,
+    pub raft: Raft<TypeConfig>,
+    pub store: Arc<Store>,
+    pub secret: ClusterSecret,
+    pub timers: Timers,
+    pub ca_pem: String,
+    /// Client for forwarding from the API runtime (proposals, read indexes, joins).
+    pub peers: PeerClient,
+    batcher: Batcher,
+    heard: Mutex<Heard>,
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+}
+
+impl Drop for ClusterNode {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.lock().take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+fn cluster_error(what: &str) -> impl Fn(String) -> ServerError + '_ {
+    move |reason| ServerError::Cluster(format!("{what}: {reason}"))
+}
+
+impl ClusterNode {
+    /// Opens the log and the state machine (restoring the store from the snapshot and log)
+    /// and starts openraft on a dedicated runtime. The Raft listener is started separately
+    /// (`rpc::serve`) with the returned node.
+    pub async fn start(config: NodeConfig) -> Result<Arc<ClusterNode>, ServerError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("litek8s-raft")
+            .enable_all()
+            .build()
+            .map_err(|e| ServerError::Cluster(format!("starting the Raft runtime: {e}")))?;
+        let raft_config = Arc::new(
+            config
+                .timers
+                .raft_config()
+                .map_err(cluster_error("Raft configuration"))?,
+        );
+        let (log_dir, snapshot_dir, store) = (
+            config.log_dir.clone(),
+            config.snapshot_dir.clone(),
+            config.store.clone(),
+        );
+        let (log, state_machine) = tokio::task::spawn_blocking(move || {
+            let log = LogStore::open(&log_dir, LogConfig::default())
+                .map_err(|e| ServerError::Cluster(format!("{}: {e}", log_dir.display())))?;
+            let sm = StateMachine::open(&snapshot_dir, store)
+                .map_err(|e| ServerError::Cluster(format!("{}: {e}", snapshot_dir.display())))?;
+            Ok::<_, ServerError>((log, sm))
+        })
+        .await
+        .map_err(|e| ServerError::Cluster(format!("opening the Raft log: {e}")))??;
+
+        let raft_peers = {
+            let _guard = runtime.enter();
+            PeerClient::new(&config.ca_pem, config.secret.clone())
+                .map_err(cluster_error("peer client"))?
+        };
+        let id = config.id;
+        let raft = runtime
+            .spawn(async move {
+                Raft::new(
+                    id,
+                    raft_config,
+                    Network { client: raft_peers },
+                    log,
+                    state_machine,
+                )
+                .await
+            })
+            .await
+            .map_err(|e| ServerError::Cluster(format!("starting Raft: {e}")))?
+            .map_err(|e| ServerError::Cluster(format!("starting Raft: {e}")))?;
+        let peers = PeerClient::new(&config.ca_pem, config.secret.clone())
+            .map_err(cluster_error("peer client"))?;
+        let batcher = Batcher::start(Arc::new(raft.clone()), BatchLimits::default());
+        Ok(Arc::new(ClusterNode {
+            id,
+            me: config.me,
+            raft,
+            store: config.store,
+            secret: config.secret,
+            timers: config.timers,
+            ca_pem: config.ca_pem,
+            peers,
+            batcher,
+            heard: Mutex::new(Heard::default()),
+            runtime: Mutex::new(Some(runtime)),
+        }))
+    }
+
+    /// A handle to the Raft runtime (for the Raft listener).
+    pub fn raft_runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.runtime.lock().as_ref().map(|rt| rt.handle().clone())
+    }
+
+    pub fn metrics(&self) -> RaftMetrics<NodeId, openraft::BasicNode> {
+        self.raft.metrics().borrow().clone()
+    }
+
+    /// Who leads, from the latest metrics.
+    pub fn leadership(&self) -> Leadership {
+        let metrics = self.metrics();
+        match metrics.current_leader {
+            Some(id) if id == self.id && metrics.state == ServerState::Leader => Leadership::Me,
+            Some(id) if id != self.id => {
+                let node = metrics
+                    .membership_config
+                    .nodes()
+                    .find(|(nid, _)| **nid == id)
+                    .map(|(_, node)| Member::from_node(node));
+                match node {
+                    Some(member) => Leadership::Other { id, member },
+                    None => Leadership::Unknown,
+                }
+            }
+            _ => Leadership::Unknown,
+        }
+    }
+
+    /// Waits up to `timeout` for a leader to be known.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Leadership {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut metrics = self.raft.metrics();
+        loop {
+            let now = self.leadership();
+            if now != Leadership::Unknown {
+                return now;
+            }
+            if tokio::time::timeout_at(deadline, metrics.changed())
+                .await
+                .is_err()
+            {
+                return Leadership::Unknown;
+            }
+        }
+    }
+
+    /// Proposes a Mutation on this member, which must lead: committed and applied locally
+    /// before it returns. Never forwarded (leader-only writers rely on that).
+    pub async fn propose_here(&self, proposal: Proposal) -> Result<Applied, ProposeError> {
+        self.batcher.submit(proposal).await
+    }
+
+    /// Records an AppendEntries from the leader (heartbeats included).
+    pub fn heard_from_leader(&self, leader_commit: Option<u64>) {
+        let mut heard = self.heard.lock();
+        heard.at = Some(Instant::now());
+        if leader_commit > heard.leader_commit {
+            heard.leader_commit = leader_commit;
+        }
+    }
+
+    /// SPEC H12 readiness: a leader is known, this member has applied up to the commit index
+    /// it learned, and it heard from the leader (or, leading, from a quorum) within the
+    /// isolation window. `Err` says why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        let metrics = self.metrics();
+        let isolation = self.timers.isolation();
+        let applied = metrics.last_applied.map(|l| l.index);
+        match metrics.state {
+            ServerState::Leader => {
+                let acked = metrics.millis_since_quorum_ack;
+                let quorum_recent = acked.is_some_and(|ms| Duration::from_millis(ms) < isolation);
+                if !quorum_recent {
+                    return Err(format!(
+                        "leading without a quorum heard from recently ({acked:?} ms)"
+                    ));
+                }
+                Ok(())
+            }
+            ServerState::Follower | ServerState::Learner => {
+                if metrics.current_leader.is_none() {
+                    return Err("no leader known".into());
+                }
+                let heard = *self.heard.lock();
+                match heard.at {
+                    Some(at) if at.elapsed() < isolation => {}
+                    Some(at) => {
+                        return Err(format!(
+                            "nothing from the leader for {} ms",
+                            at.elapsed().as_millis()
+                        ))
+                    }
+                    None => return Err("nothing heard from the leader yet".into()),
+                }
+                if applied < heard.leader_commit {
+                    return Err(format!(
+                        "applied {applied:?} behind the learned commit index {:?}",
+                        heard.leader_commit
+                    ));
+                }
+                Ok(())
+            }
+            ServerState::Candidate => Err("election in progress".into()),
+            ServerState::Shutdown => Err("shutting down".into()),
+        }
+    }
+
+    /// Stops Raft (on shutdown).
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!("stopping Raft: {e}");
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The Raft listener (`--raft-port`, API port + 1 by default): HTTPS with the serving
+//! certificate, every request authenticated with the cluster secret, served on the Raft
+//! runtime. It carries openraft's RPCs and the cluster endpoints of `protocol::paths`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use super::membership;
+use super::network::paths as raft_paths;
+use super::node::{ClusterNode, Leadership};
+use super::protocol::{
+    paths, JoinRequest, MembershipReply, ProposeReply, ProposeRequest, ReadIndexReply,
+    RemoveRequest,
+};
+use crate::raft::batcher::ProposeError;
+use crate::raft::types::{Proposal, TypeConfig};
+
+/// The largest request body (a snapshot chunk is 1 MiB, AppendEntries 512 KiB).
+const MAX_REQUEST: usize = 8 << 20;
+
+/// Serves the Raft listener until `shutdown`. Spawn it on the Raft runtime.
+pub async fn serve(
+    node: Arc<ClusterNode>,
+    tcp: TcpListener,
+    tls: TlsAcceptor,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            accepted = tcp.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!("raft listener: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let (node, tls, shutdown) = (node.clone(), tls.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let stream =
+                match tokio::time::timeout(Duration::from_secs(5), tls.accept(stream)).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, "raft listener: TLS handshake: {e}");
+                        return;
+                    }
+                    Err(_) => return,
+                };
+            let service = service_fn(move |req| handle(node.clone(), req));
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = conn => {}
+                _ = shutdown.cancelled() => {}
+            }
+        });
+    }
+}
+
+fn reply(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn json<T: Serialize>(value: &T) -> Response<Full<Bytes>> {
+    match serde_json::to_vec(value) {
+        Ok(bytes) => reply(StatusCode::OK, bytes),
+        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+fn bad_request(reason: String) -> Response<Full<Bytes>> {
+    reply(StatusCode::BAD_REQUEST, reason)
+}
+
+async fn body_of<T: DeserializeOwned>(req: Request<Incoming>) -> Result<T, Response<Full<Bytes>>> {
+    let bytes = Limited::new(req.into_body(), MAX_REQUEST)
+        .collect()
+        .await
+        .map_err(|e| bad_request(format!("reading the body: {e}")))?
+        .to_bytes();
+    serde_json::from_slice(&bytes).map_err(|e| bad_request(format!("decoding the body: {e}")))
+}
+
+/// Whether the request carries the cluster secret as its bearer token.
+fn authorized(node: &ClusterNode, req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        .is_some_and(|token| node.secret.matches(token))
+}
+
+async fn handle(
+    node: Arc<ClusterNode>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    if !authorized(&node, &req) {
+        return Ok(reply(
+            StatusCode::UNAUTHORIZED,
+            "the cluster secret is required",
+        ));
+    }
+    if req.method() != Method::POST {
+        return Ok(reply(StatusCode::METHOD_NOT_ALLOWED, "POST only"));
+    }
+    let path = req.uri().path().to_string();
+    let response = match path.as_str() {
+        raft_paths::APPEND => match body_of::<AppendEntriesRequest<TypeConfig>>(req).await {
+            Ok(rpc) => {
+                let leader_commit = rpc.leader_commit.map(|l| l.index);
+                let result = node.raft.append_entries(rpc).await;
+                if matches!(
+                    result,
+                    Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_))
+                ) {
+                    node.heard_from_leader(leader_commit);
+                }
+                json(&result)
+            }
+            Err(bad) => bad,
+        },
+        raft_paths::VOTE => match body_of(req).await {
+            Ok(rpc) => json(&node.raft.vote(rpc).await),
+            Err(bad) => bad,
+        },
+        raft_paths::SNAPSHOT => match body_of::<InstallSnapshotRequest<TypeConfig>>(req).await {
+            Ok(rpc) => json(&node.raft.install_snapshot(rpc).await),
+            Err(bad) => bad,
+        },
+        paths::PROPOSE => match body_of::<ProposeRequest>(req).await {
+            Ok(request) => json(&propose(&node, request).await),
+            Err(bad) => bad,
+        },
+        paths::READ_INDEX => json(&read_index(&node).await),
+        paths::JOIN => match body_of::<JoinRequest>(req).await {
+            Ok(request) => json(
+                &leader_only(&node, || async {
+                    membership::admit(&node, request.node_id, request.member).await
+                })
+                .await,
+            ),
+            Err(bad) => bad,
+        },
+        paths::MEMBERS => json(&MembershipReply::Done(membership::view(&node))),
+        paths::REMOVE => match body_of::<RemoveRequest>(req).await {
+            Ok(request) => json(
+                &leader_only(&node, || async {
+                    membership::remove(&node, &request.name).await
+                })
+                .await,
+            ),
+            Err(bad) => bad,
+        },
+        _ => reply(StatusCode::NOT_FOUND, "no such endpoint"),
+    };
+    Ok(response)
+}
+
+async fn leader_only<F, Fut>(node: &ClusterNode, change: F) -> MembershipReply
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    if node.leadership() != Leadership::Me {
+        return MembershipReply::NotLeader;
+    }
+    match change().await {
+        Ok(()) => MembershipReply::Done(membership::view(node)),
+        Err(reason) => MembershipReply::Refused(reason),
+    }
+}
+
+/// Applies a forwarded proposal if this member leads.
+pub async fn propose(node: &ClusterNode, request: ProposeRequest) -> ProposeReply {
+    if node.leadership() != Leadership::Me {
+        return ProposeReply::NotLeader;
+    }
+    match node.propose_here(Proposal::new(request.mutation)).await {
+        Ok(applied) => match applied.object {
+            Some(object) => ProposeReply::Applied {
+                resource_version: applied.resource_version,
+                key: object.key.clone(),
+                json: String::from_utf8_lossy(&object.json).into_owned(),
+            },
+            None => ProposeReply::Failed("applied without an object".into()),
+        },
+        Err(ProposeError::Rejected(e)) => ProposeReply::Rejected(e),
+        Err(ProposeError::NotLeader) => ProposeReply::NotLeader,
+        Err(e) => ProposeReply::Failed(e.to_string()),
+    }
+}
+
+/// The leader's read index (SPEC H5): confirms leadership with a heartbeat round.
+async fn read_index(node: &ClusterNode) -> ReadIndexReply {
+    if node.leadership() != Leadership::Me {
+        return ReadIndexReply::NotLeader;
+    }
+    match node.raft.get_read_log_id().await {
+        Ok((read_log_id, _applied)) => ReadIndexReply::Index(read_log_id.map(|l| l.index)),
+        Err(e) => match e.forward_to_leader() {
+            Some(_) => ReadIndexReply::NotLeader,
+            None => ReadIndexReply::Failed(e.to_string()),
+        },
+    }
+}

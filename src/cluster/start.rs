@@ -1,0 +1,417 @@
+//! How a server becomes (or resumes being) a cluster member, and the pieces `server::run`
+//! plugs into the API: the mode decided from the data directory and flags, the first
+//! snapshot of `--cluster-init` (which carries a single server's objects.wal, resourceVersions
+//! included), the join handshake, the Raft listener and node, and the readiness loop.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::{LogId, Membership, ServerState, StoredMembership};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use super::endpoints::ClusterEndpoints;
+use super::join;
+use super::member::{new_node_id, ClusterDir, Identity, Member};
+use super::node::{ClusterNode, NodeConfig};
+use super::reads::ReadIndexBarrier;
+use super::rpc;
+use super::timers::Timers;
+use super::token::{ClusterSecret, JoinToken};
+use super::writer::ClusterWriter;
+use crate::api::ApiContext;
+use crate::kube::store::{Store, StoreConfig};
+use crate::kube::wal::{WalConfig, WalWriter};
+use crate::raft::log::{LogConfig, LogStore};
+use crate::raft::snapshot::{self, SnapshotFile, SnapshotMeta};
+use crate::server::datadir::{read_optional, write_file, DataDir, SECRET_MODE};
+use crate::server::settings::ServerSettings;
+use crate::server::ServerError;
+use crate::systemd::readiness::{Readiness, ReadinessReporter, Role};
+
+/// How this start runs.
+#[derive(Debug)]
+pub enum Mode {
+    /// No cluster: objects.wal.
+    Single,
+    /// `--cluster-init` on a directory that is not a member yet.
+    Init { secret: ClusterSecret },
+    /// `--server URL` on a directory that is not a member yet.
+    Join { addr: String, token: JoinToken },
+    /// The directory belongs to a cluster.
+    Member(Identity),
+}
+
+fn cluster(reason: impl Into<String>) -> ServerError {
+    ServerError::Cluster(reason.into())
+}
+
+/// Decides the mode from the data directory and the flags.
+pub fn decide(settings: &ServerSettings, dir: &ClusterDir) -> Result<Mode, ServerError> {
+    let flags = &settings.cluster;
+    if let Some(identity) = dir.identity()? {
+        if flags.init || flags.server.is_some() {
+            tracing::info!(
+                name = %identity.name,
+                node_id = identity.node_id,
+                "the data directory already belongs to a cluster: --cluster-init/--server ignored, restarting as that member"
+            );
+        }
+        return Ok(Mode::Member(identity));
+    }
+    let token = flags
+        .token
+        .as_deref()
+        .map(JoinToken::parse)
+        .transpose()
+        .map_err(|e| cluster(format!("LITEK8S_TOKEN: {e}")))?;
+    if flags.init {
+        let secret = match token {
+            Some(token) => token.secret,
+            None => ClusterSecret::generate(),
+        };
+        return Ok(Mode::Init { secret });
+    }
+    if let Some(url) = &flags.server {
+        let addr = join::server_address(url).map_err(cluster)?;
+        let token = token.ok_or_else(|| {
+            cluster("joining needs the join token in the LITEK8S_TOKEN environment variable")
+        })?;
+        return Ok(Mode::Join { addr, token });
+    }
+    Ok(Mode::Single)
+}
+
+/// Join step before the PKI is loaded: verify the cluster CA and store what the cluster
+/// shares (CA certificate and key, admin token, secret) in the data directory.
+pub async fn prepare_join(
+    data: &DataDir,
+    dir: &ClusterDir,
+    addr: &str,
+    token: &JoinToken,
+) -> Result<(), ServerError> {
+    let ca = join::fetch_verified_ca(addr, token)
+        .await
+        .map_err(cluster)?;
+    let bundle = join::fetch_bundle(addr, &ca, token)
+        .await
+        .map_err(|e| cluster(format!("joining {addr}: {e}")))?;
+    if let Some(existing) = read_optional(&data.ca_cert())? {
+        if existing != bundle.ca_cert {
+            // A different CA here means certificates of another cluster: start over.
+            let _ = std::fs::remove_file(data.server_cert());
+            let _ = std::fs::remove_file(data.server_key());
+        }
+    }
+    write_file(&data.ca_cert(), bundle.ca_cert.as_bytes(), 0o644)?;
+    write_file(&data.ca_key(), bundle.ca_key.as_bytes(), SECRET_MODE)?;
+    write_file(
+        &data.admin_token(),
+        format!("{}\n", bundle.admin_token).as_bytes(),
+        SECRET_MODE,
+    )?;
+    write_secret(dir, &token.secret)?;
+    tracing::info!(%addr, members = bundle.members.len(), "received the join bundle");
+    Ok(())
+}
+
+fn write_secret(dir: &ClusterDir, secret: &ClusterSecret) -> Result<(), ServerError> {
+    write_file(
+        &dir.secret_file(),
+        format!("{}\n", secret.as_str()).as_bytes(),
+        SECRET_MODE,
+    )
+}
+
+fn read_secret(dir: &ClusterDir) -> Result<ClusterSecret, ServerError> {
+    let path = dir.secret_file();
+    let text = read_optional(&path)?
+        .ok_or_else(|| ServerError::corrupt(&path, "missing: the cluster secret of this member"))?;
+    ClusterSecret::new(text.trim()).map_err(|e| ServerError::corrupt(&path, e.to_string()))
+}
+
+fn remove_dir_if_present(path: &Path) -> Result<(), ServerError> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(ServerError::io(path)(e)),
+    }
+}
+
+/// `--cluster-init`: the first snapshot (this member as the only voter, plus the objects of a
+/// single server's objects.wal with their resourceVersions) at openraft's initial log id, and
+/// the log purged up to it, so that every joiner starts from that snapshot.
+fn write_first_snapshot(
+    data_dir: &Path,
+    dir: &ClusterDir,
+    node_id: u64,
+    me: &Member,
+    store_config: StoreConfig,
+) -> Result<u64, ServerError> {
+    remove_dir_if_present(&dir.raft())?;
+    let imported = Arc::new(Store::new(store_config));
+    if data_dir.join("objects.wal").exists() {
+        let (writer, report) = WalWriter::open(data_dir, imported.clone(), WalConfig::default())?;
+        drop(writer);
+        tracing::info!(
+            objects = imported.snapshot().len(),
+            resource_version = imported.resource_version(),
+            replayed = report.replayed_mutations,
+            "moving the single server's objects into the cluster's first snapshot"
+        );
+    }
+    let first = LogId::default();
+    let membership = Membership::new(
+        vec![BTreeSet::from([node_id])],
+        BTreeMap::from([(node_id, me.to_node())]),
+    );
+    let meta = SnapshotMeta {
+        last_log_id: Some(first),
+        last_membership: StoredMembership::new(Some(first), membership),
+        snapshot_id: format!("cluster-init-{node_id}"),
+    };
+    let bytes = snapshot::encode(&meta, &imported.snapshot());
+    std::fs::create_dir_all(dir.snapshot()).map_err(ServerError::io(dir.snapshot()))?;
+    SnapshotFile::new(&dir.snapshot())
+        .save(&bytes)
+        .map_err(|e| cluster(format!("writing the first snapshot: {e}")))?;
+    let log = LogStore::open(&dir.log(), LogConfig::default())
+        .map_err(|e| cluster(format!("{}: {e}", dir.log().display())))?;
+    log.purge_upto(first)
+        .map_err(|e| cluster(format!("{}: {e}", dir.log().display())))?;
+    drop(log);
+    Ok(imported.resource_version())
+}
+
+/// Renames objects.wal once its objects live in the cluster's snapshot.
+fn retire_single_server_wal(data_dir: &Path) -> Result<(), ServerError> {
+    let wal = data_dir.join("objects.wal");
+    if wal.exists() {
+        let retired = data_dir.join("objects.wal.imported");
+        std::fs::rename(&wal, &retired).map_err(ServerError::io(&wal))?;
+        tracing::info!(path = %retired.display(), "objects.wal moved into the cluster; kept as a backup");
+    }
+    Ok(())
+}
+
+/// A running member's pieces for `server::run`.
+pub struct Started {
+    pub node: Arc<ClusterNode>,
+    pub endpoints: Arc<ClusterEndpoints>,
+}
+
+/// What `start` needs from the server assembly.
+pub struct StartInputs<'a> {
+    pub mode: Mode,
+    pub settings: &'a ServerSettings,
+    pub data: &'a DataDir,
+    pub store: Arc<Store>,
+    pub ca_cert: String,
+    pub tls: TlsAcceptor,
+    pub admin_token: String,
+    pub api_addr: SocketAddr,
+    pub shutdown: CancellationToken,
+    pub readiness: Arc<ReadinessReporter>,
+}
+
+/// Starts this member: Raft node, Raft listener, and (joining) admission.
+pub async fn start(inputs: StartInputs<'_>) -> Result<Started, ServerError> {
+    let StartInputs {
+        mode,
+        settings,
+        data,
+        store,
+        ca_cert,
+        tls,
+        admin_token,
+        api_addr,
+        shutdown,
+        readiness,
+    } = inputs;
+    let dir = ClusterDir::new(data.root());
+    let timers = Timers::from_env().map_err(cluster)?;
+    let raft_port = match settings.cluster.raft_port {
+        Some(port) => port,
+        None => api_addr
+            .port()
+            .checked_add(1)
+            .ok_or_else(|| cluster("the API port is 65535: pass --raft-port"))?,
+    };
+    let advertised = settings
+        .advertised_ips()
+        .first()
+        .copied()
+        .unwrap_or(api_addr.ip());
+    let me = Member {
+        name: settings.name.clone(),
+        raft: SocketAddr::new(advertised, raft_port).to_string(),
+        api: SocketAddr::new(advertised, api_addr.port()).to_string(),
+    };
+    let (identity, secret, join_addr) = match mode {
+        Mode::Single => return Err(cluster("not a cluster mode")),
+        Mode::Member(identity) => (identity, read_secret(&dir)?, None),
+        Mode::Init { secret } => {
+            let node_id = new_node_id();
+            let store_config = store.config().clone();
+            let data_dir = data.root().to_path_buf();
+            let (cd, me2) = (dir.clone(), me.clone());
+            let rv = tokio::task::spawn_blocking(move || {
+                write_first_snapshot(&data_dir, &cd, node_id, &me2, store_config)
+            })
+            .await
+            .map_err(|e| cluster(format!("writing the first snapshot: {e}")))??;
+            write_secret(&dir, &secret)?;
+            let identity = Identity {
+                node_id,
+                name: settings.name.clone(),
+            };
+            dir.write_identity(&identity)?;
+            retire_single_server_wal(data.root())?;
+            tracing::info!(node_id, resource_version = rv, "initialized a new cluster");
+            (identity, secret, None)
+        }
+        Mode::Join { addr, token } => {
+            remove_dir_if_present(&dir.raft())?;
+            let identity = Identity {
+                node_id: new_node_id(),
+                name: settings.name.clone(),
+            };
+            (identity, token.secret, Some(addr))
+        }
+    };
+    let token_text = JoinToken::for_cluster(&ca_cert, &secret);
+    write_file(
+        &dir.join_token_file(),
+        format!("{token_text}\n").as_bytes(),
+        SECRET_MODE,
+    )?;
+
+    let raft_bind = SocketAddr::new(settings.listen.ip(), raft_port);
+    let raft_tcp = std::net::TcpListener::bind(raft_bind).map_err(|error| ServerError::Bind {
+        addr: raft_bind,
+        error,
+    })?;
+    raft_tcp
+        .set_nonblocking(true)
+        .map_err(ServerError::io("raft listener"))?;
+    let node = ClusterNode::start(NodeConfig {
+        id: identity.node_id,
+        me: me.clone(),
+        store: store.clone(),
+        secret: secret.clone(),
+        ca_pem: ca_cert.clone(),
+        timers,
+        log_dir: dir.log(),
+        snapshot_dir: dir.snapshot(),
+    })
+    .await?;
+    let runtime = node
+        .raft_runtime()
+        .ok_or_else(|| cluster("the Raft runtime is gone"))?;
+    {
+        let _guard = runtime.enter();
+        let tcp = TcpListener::from_std(raft_tcp).map_err(ServerError::io("raft listener"))?;
+        runtime.spawn(rpc::serve(node.clone(), tcp, tls, shutdown.clone()));
+    }
+    tracing::info!(raft = %me.raft, node_id = identity.node_id, "Raft listener up");
+
+    if let Some(addr) = join_addr {
+        readiness.set(
+            Readiness::Joining {
+                leader: addr.clone(),
+            },
+            "asking to be admitted",
+        );
+        join::request_admission(&node.peers, &addr, identity.node_id, &me)
+            .await
+            .map_err(|e| cluster(format!("joining {addr}: {e}")))?;
+        dir.write_identity(&identity)?;
+        tracing::info!(%addr, "joined the cluster");
+    } else {
+        tracing::info!(
+            "join other servers with: LITEK8S_TOKEN=$(cat {}) litek8s apiserver --server https://{}",
+            dir.join_token_file().display(),
+            me.api
+        );
+    }
+    let ca_key = read_optional(&data.ca_key())?.unwrap_or_default();
+    let endpoints = Arc::new(ClusterEndpoints {
+        node: node.clone(),
+        ca_cert,
+        ca_key,
+        admin_token,
+    });
+    Ok(Started { node, endpoints })
+}
+
+/// The API context of a member: the cluster writer and the ReadIndex barrier.
+pub fn api_context(
+    node: &Arc<ClusterNode>,
+    store: Arc<Store>,
+    settings: crate::api::ApiSettings,
+) -> ApiContext {
+    ApiContext::new(
+        store,
+        Arc::new(ClusterWriter { node: node.clone() }),
+        settings,
+    )
+    .with_reads(Arc::new(ReadIndexBarrier::start(node.clone())))
+}
+
+/// Keeps `/readyz` and sd_notify in step with the Raft state (SPEC H12) until `shutdown`.
+pub async fn readiness_loop(
+    node: Arc<ClusterNode>,
+    ctx: Arc<ApiContext>,
+    reporter: Arc<ReadinessReporter>,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let metrics = node.metrics();
+        let applied = metrics.last_applied.map(|l| l.index).unwrap_or(0);
+        match node.readiness() {
+            Ok(()) => {
+                if !ctx.ready.swap(true, Ordering::SeqCst) {
+                    tracing::info!(term = metrics.current_term, applied, "ready");
+                }
+                let leader_name = match node.leadership() {
+                    super::node::Leadership::Other { member, .. } => member.name,
+                    _ => String::new(),
+                };
+                let role = match metrics.state {
+                    ServerState::Leader => Role::Leader,
+                    ServerState::Learner => Role::Learner {
+                        leader: leader_name,
+                    },
+                    _ => Role::Follower {
+                        leader: leader_name,
+                    },
+                };
+                reporter.set(
+                    Readiness::Ready {
+                        role,
+                        term: metrics.current_term,
+                        applied,
+                    },
+                    "in step with the leader",
+                );
+            }
+            Err(why) => {
+                if ctx.ready.swap(false, Ordering::SeqCst) {
+                    tracing::info!(reason = %why, "not ready");
+                }
+                reporter.set(Readiness::Waiting { why }, "not in step with a leader");
+            }
+        }
+    }
+}
