@@ -5,7 +5,8 @@
 #   3. cargo test --all-targets (unit tests, integration tests against the real binary,
 #      kube-rs, durability, WAL corruption, bad input),
 #   4. the pytest suite in tests/python (leader election, watch resume, 410 relist),
-#   5. the kubectl scenario with kubectl 1.27 and 1.33 (tests/kubectl/scenario.sh).
+#   5. the kubectl scenario with kubectl 1.27 and 1.33 (tests/kubectl/scenario.sh), against a
+#      single server and against a follower of a 3-server cluster.
 # Prints PASS/FAIL per step and a final `N passed, N failed` line (counting individual tests);
 # exits non-zero if anything failed.
 #
@@ -131,27 +132,36 @@ if [ "${SKIP_PYTHON:-0}" != 1 ]; then
     step_result "pytest" "$p" "$f"
 fi
 
-# --- 5. kubectl scenarios
+# --- 5. kubectl scenarios: against a single server, and against a follower of a 3-server
+# cluster (SCENARIO_HA=1)
 if [ "${SKIP_KUBECTL:-0}" != 1 ]; then
     for v in ${KUBECTL_VERSIONS:-1.27 1.33}; do
         kc=/usr/lib/google-cloud-sdk/bin/kubectl.$v
-        if [ ! -x "$kc" ]; then
-            echo "SKIP kubectl $v: $kc not installed"
-            step_result "kubectl $v scenario" 0 0 1
-            continue
-        fi
-        echo "== kubectl $v scenario (log: $OUT/kubectl-$v.log)"
-        bash "$ROOT/tests/kubectl/scenario.sh" "$kc" >"$OUT/kubectl-$v.log" 2>&1
-        grep -E '^(FAIL|    \|)' "$OUT/kubectl-$v.log" | head -200
-        last=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$OUT/kubectl-$v.log" | tail -n 1)
-        p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$last")
-        f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$last")
-        if [ -z "$p" ]; then
-            p=0
-            f=1
-            tail -20 "$OUT/kubectl-$v.log"
-        fi
-        step_result "kubectl $v scenario" "$p" "$f"
+        for ha in 0 1; do
+            name="kubectl $v scenario"
+            log=$OUT/kubectl-$v.log
+            if [ "$ha" = 1 ]; then
+                name="kubectl $v scenario (HA follower)"
+                log=$OUT/kubectl-$v-ha.log
+            fi
+            if [ ! -x "$kc" ]; then
+                echo "SKIP $name: $kc not installed"
+                step_result "$name" 0 0 1
+                continue
+            fi
+            echo "== $name (log: $log)"
+            SCENARIO_HA=$ha bash "$ROOT/tests/kubectl/scenario.sh" "$kc" >"$log" 2>&1
+            grep -E '^(FAIL|    \|)' "$log" | head -200
+            last=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+            p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$last")
+            f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$last")
+            if [ -z "$p" ]; then
+                p=0
+                f=1
+                tail -20 "$log"
+            fi
+            step_result "$name" "$p" "$f"
+        done
     done
 fi
 

@@ -7,12 +7,15 @@
 //! - [`network`] (client) and [`rpc`] (the Raft listener): Raft RPCs and cluster endpoints
 //!   between servers over HTTPS pinned to the cluster CA ([`peer`]), authenticated with the
 //!   cluster secret; [`protocol`]: the cluster messages.
-//! - [`writer`]: writes (leader: batcher; follower: forwarded proposals);
+//! - [`forward`]: client writes reaching a follower go whole to the leader (SPEC H4);
+//!   [`writer`]: the store writes behind handlers (leader: batcher; a follower's own
+//!   writes: proposals forwarded to the leader);
 //!   [`reads`]: the ReadIndex barrier.
 //! - [`membership`]: joins, promotion and removal on the leader; [`member`]: identities.
 //! - [`leader`]: leader-only loops; [`endpoints`]: the cluster endpoints of the API port.
 
 pub mod endpoints;
+pub mod forward;
 pub mod join;
 pub mod leader;
 pub mod member;

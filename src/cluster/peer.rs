@@ -120,6 +120,60 @@ impl PeerClient {
         })
     }
 
+    /// Sends `request` (the cluster secret added as its bearer token) and returns the whole
+    /// answer, whatever its status.
+    pub async fn exchange(
+        &self,
+        addr: &str,
+        mut request: Request<Full<Bytes>>,
+        timeout: Duration,
+    ) -> Result<http::Response<Bytes>, PeerError> {
+        let bearer = format!("Bearer {}", self.secret.as_str());
+        match header::HeaderValue::from_str(&bearer) {
+            Ok(value) => {
+                request.headers_mut().insert(header::AUTHORIZATION, value);
+            }
+            Err(e) => {
+                return Err(PeerError::Unreachable {
+                    addr: addr.to_string(),
+                    reason: format!("bad secret header: {e}"),
+                })
+            }
+        }
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|e| {
+                if e.is_connect() {
+                    PeerError::Unreachable {
+                        addr: addr.to_string(),
+                        reason: error_chain(&e),
+                    }
+                } else {
+                    PeerError::Lost {
+                        addr: addr.to_string(),
+                        reason: error_chain(&e),
+                    }
+                }
+            })?;
+            let (parts, body) = response.into_parts();
+            let body = Limited::new(body, MAX_RESPONSE)
+                .collect()
+                .await
+                .map_err(|e| PeerError::Lost {
+                    addr: addr.to_string(),
+                    reason: e.to_string(),
+                })?
+                .to_bytes();
+            Ok(http::Response::from_parts(parts, body))
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(PeerError::Lost {
+                addr: addr.to_string(),
+                reason: format!("timed out after {timeout:?}"),
+            }),
+        }
+    }
+
     /// Sends one request and returns the body of a 2xx answer.
     pub async fn send(
         &self,

@@ -12,6 +12,8 @@ use serde_json::json;
 use super::authn::{Authenticator, Connection};
 use crate::api::{response, router, ApiBody, ApiContext};
 use crate::cluster::endpoints::ClusterEndpoints;
+use crate::cluster::forward::{self, Routed};
+use crate::cluster::node::Leadership;
 
 /// What every connection task shares.
 pub struct Dispatch {
@@ -32,12 +34,30 @@ impl Dispatch {
             if ClusterEndpoints::owns(req.uri().path()) {
                 return Ok(cluster.handle(req, conn.tls).await);
             }
+            // A write a follower forwarded (the cluster secret vouches for the user).
+            if conn.tls {
+                if let Some(user) = forward::forwarded_user(&cluster.node, &req) {
+                    let mut resp = router::serve(self.ctx.clone(), req, user).await;
+                    forward::stamp_leader_version(&cluster.node, &mut resp);
+                    return Ok(resp);
+                }
+            }
         }
         // Health endpoints answer everyone the same way, credentials or not.
         if let Some(resp) = router::serve_anonymous(self.ctx.clone(), &req).await {
             return Ok(resp);
         }
         if let Some(user) = self.authn.authenticate(&conn, &req) {
+            if let Some(cluster) = &self.cluster {
+                if forward::is_forwardable_write(&req)
+                    && cluster.node.leadership() != Leadership::Me
+                {
+                    return Ok(match forward::route(&cluster.node, req, &user).await {
+                        Routed::Answered(resp) => resp,
+                        Routed::Local(req) => router::serve(self.ctx.clone(), req, user).await,
+                    });
+                }
+            }
             return Ok(router::serve(self.ctx.clone(), req, user).await);
         }
         Ok(if conn.tls {

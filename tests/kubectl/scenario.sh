@@ -25,8 +25,9 @@ WORK=$(mktemp -d /tmp/litek8s-kubectl.XXXXXX)
 DATA=$WORK/data
 PORT=$(free_port)
 BG_PIDS=()
+CLUSTER_PIDS=()
 cleanup() {
-    for pid in "${BG_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${BG_PIDS[@]}" "${CLUSTER_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     stop_server >/dev/null 2>&1 || true
     if [ "${KEEP_WORK:-0}" = 1 ] || [ "$FAILED" -gt 0 ]; then
         echo "($LABEL: work directory kept: $WORK)"
@@ -36,8 +37,35 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# SCENARIO_HA=1: the same scenario against a follower of a 3-server cluster (SPEC H4/H5: its
+# writes are forwarded to the leader, its reads pass the ReadIndex barrier).
+EXTRA_ARGS=()
+if [ "${SCENARIO_HA:-0}" = 1 ]; then
+    LABEL="$LABEL (HA follower)"
+    export LITEK8S_RAFT_HEARTBEAT_MS=100
+    P1=$(free_port)
+    "$(litek8s_bin)" apiserver --data-dir "$WORK/lk1" --listen "127.0.0.1:$P1" \
+        --raft-port "$(free_port)" --name lk1 --cluster-init >>"$WORK/lk1.log" 2>&1 </dev/null &
+    CLUSTER_PIDS+=($!)
+    if ! wait_ready "$P1" 60; then
+        sed 's/^/    | /' "$WORK/lk1.log" | tail -40
+        fail "$LABEL: first server starts"
+        summary "$LABEL"
+        exit 1
+    fi
+    export LITEK8S_TOKEN
+    LITEK8S_TOKEN=$(cat "$WORK/lk1/join-token")
+    P3=$(free_port)
+    "$(litek8s_bin)" apiserver --data-dir "$WORK/lk3" --listen "127.0.0.1:$P3" \
+        --raft-port "$(free_port)" --name lk3 --server "https://127.0.0.1:$P1" \
+        >>"$WORK/lk3.log" 2>&1 </dev/null &
+    CLUSTER_PIDS+=($!)
+    wait_ready "$P3" 60 || true
+    EXTRA_ARGS=(--raft-port "$(free_port)" --server "https://127.0.0.1:$P1")
+fi
+
 echo "== $LABEL against litek8s on 127.0.0.1:$PORT"
-if ! start_server "$DATA" "$PORT"; then
+if ! start_server "$DATA" "$PORT" "${EXTRA_ARGS[@]}"; then
     fail "$LABEL: server starts"
     summary "$LABEL"
     exit 1

@@ -1,0 +1,189 @@
+//! Whole-request forwarding (SPEC H4, H14): a client write reaching a follower goes to the
+//! leader as the same HTTP request, so allocators (ClusterIPs, later NodePorts) and admission
+//! run in one place. The follower authenticates the client, then sends the request with the
+//! cluster secret as bearer token and the authenticated user in `x-litek8s-forwarded-user` —
+//! a header the leader honours only together with the secret. The leader answers with its
+//! store's resourceVersion in `x-litek8s-resource-version`; the follower answers its client
+//! once it has applied that far (read-your-writes through one server).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use serde::{Deserialize, Serialize};
+
+use super::node::{ClusterNode, Leadership};
+use super::peer::PeerError;
+use super::writer::NO_LEADER_TIMEOUT;
+use crate::api::context::User;
+use crate::api::status::ApiError;
+use crate::api::{response, ApiBody};
+
+/// The user a follower authenticated, sent to the leader with the cluster secret.
+pub const FORWARDED_USER: &str = "x-litek8s-forwarded-user";
+/// The leader's store resourceVersion after a forwarded request.
+pub const LEADER_RESOURCE_VERSION: &str = "x-litek8s-resource-version";
+/// The largest forwarded body: the API's own request limit plus room for framing.
+const MAX_FORWARDED_BODY: usize = 4 << 20;
+/// How long the leader may take to answer one forwarded request.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a follower waits to apply what the leader acknowledged.
+const APPLY_WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Serialize, Deserialize)]
+struct ForwardedUser {
+    name: String,
+    groups: Vec<String>,
+}
+
+/// Whether a request is a client write that a follower forwards.
+pub fn is_forwardable_write<B>(req: &Request<B>) -> bool {
+    let path = req.uri().path();
+    matches!(
+        *req.method(),
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    ) && (path.starts_with("/api/") || path.starts_with("/apis/"))
+}
+
+/// The user of a request forwarded by a peer: present only when the request carries the
+/// cluster secret; a request with the secret and no user header is refused (`None`).
+pub fn forwarded_user<B>(node: &ClusterNode, req: &Request<B>) -> Option<User> {
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .as_bytes()
+        .strip_prefix(b"Bearer ")?;
+    if !node.secret.matches(token) {
+        return None;
+    }
+    let user: ForwardedUser =
+        serde_json::from_slice(req.headers().get(FORWARDED_USER)?.as_bytes()).ok()?;
+    Some(User {
+        name: user.name,
+        groups: user.groups,
+    })
+}
+
+/// Stamps the leader's resourceVersion on the answer to a forwarded request.
+pub fn stamp_leader_version(node: &ClusterNode, response: &mut Response<ApiBody>) {
+    if let Ok(value) = HeaderValue::from_str(&node.store.resource_version().to_string()) {
+        response
+            .headers_mut()
+            .insert(LEADER_RESOURCE_VERSION, value);
+    }
+}
+
+/// What a follower does with a client write.
+pub enum Routed {
+    /// This member leads (or became leader meanwhile): serve it here.
+    Local(Request<Full<Bytes>>),
+    /// The leader's answer, ready for the client.
+    Answered(Response<ApiBody>),
+}
+
+fn error(e: ApiError) -> Routed {
+    Routed::Answered(e.into_response())
+}
+
+/// Forwards `req` (authenticated as `user`) to the leader, or hands it back when this member
+/// leads.
+pub async fn route(node: &Arc<ClusterNode>, req: Request<Incoming>, user: &User) -> Routed {
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, MAX_FORWARDED_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => return error(ApiError::TooLarge(MAX_FORWARDED_BODY)),
+    };
+    let user_header = serde_json::to_vec(&ForwardedUser {
+        name: user.name.clone(),
+        groups: user.groups.clone(),
+    })
+    .ok()
+    .and_then(|bytes| HeaderValue::from_bytes(&bytes).ok());
+    let deadline = tokio::time::Instant::now() + NO_LEADER_TIMEOUT;
+    loop {
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let leader = match node.wait_for_leader(remaining).await {
+            Leadership::Me => {
+                return Routed::Local(Request::from_parts(parts, Full::new(body)));
+            }
+            Leadership::Unknown => {
+                return error(ApiError::Timeout(
+                    "no Raft leader within 15 s: the request was not applied".into(),
+                ))
+            }
+            Leadership::Other { member, .. } => member,
+        };
+        let mut request = Request::builder().method(parts.method.clone()).uri(format!(
+            "https://{}{}",
+            leader.api,
+            parts
+                .uri
+                .path_and_query()
+                .map(|p| p.as_str())
+                .unwrap_or("/")
+        ));
+        for (name, value) in &parts.headers {
+            if name != header::AUTHORIZATION && name != header::HOST && name != FORWARDED_USER {
+                request = request.header(name, value);
+            }
+        }
+        if let Some(value) = &user_header {
+            request = request.header(FORWARDED_USER, value.clone());
+        }
+        let Ok(request) = request.body(Full::new(body.clone())) else {
+            return error(ApiError::BadRequest("request cannot be forwarded".into()));
+        };
+        match node
+            .peers
+            .exchange(&leader.api, request, FORWARD_TIMEOUT)
+            .await
+        {
+            Ok(answer) => return Routed::Answered(relay(node, answer).await),
+            // Never reached the leader: safe to try again once a leader is known.
+            Err(PeerError::Unreachable { reason, .. }) => {
+                tracing::debug!(leader = %leader.name, "forwarding: {reason}");
+                if tokio::time::Instant::now() >= deadline {
+                    return error(ApiError::Timeout(format!(
+                        "the leader {} is unreachable: the request was not applied",
+                        leader.name
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return error(ApiError::Timeout(format!(
+                "forwarding to the leader {}: {e}; the request may or may not have been applied",
+                leader.name
+            ))),
+        }
+    }
+}
+
+/// The leader's answer for the client, once this member has applied what it acknowledged.
+async fn relay(node: &ClusterNode, answer: Response<Bytes>) -> Response<ApiBody> {
+    let (mut parts, body) = answer.into_parts();
+    let leader_rv = parts
+        .headers
+        .remove(LEADER_RESOURCE_VERSION)
+        .and_then(|v| v.to_str().ok().and_then(|s| s.parse::<u64>().ok()));
+    if let Some(rv) = leader_rv {
+        if parts.status.is_success() && node.store.wait_for(rv, APPLY_WAIT).await < rv {
+            return ApiError::Timeout(format!(
+                "the write was applied by the leader (resourceVersion {rv}) but this server did not catch up in time"
+            ))
+            .into_response();
+        }
+    }
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::TRANSFER_ENCODING);
+    parts.headers.remove(header::CONNECTION);
+    let mut response = Response::new(response::body(body));
+    *response.status_mut() = parts.status;
+    *response.headers_mut() = parts.headers;
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        *response.status_mut() = StatusCode::BAD_GATEWAY;
+    }
+    response
+}
