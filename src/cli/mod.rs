@@ -2,6 +2,7 @@
 //! turned into settings structs here; subcommands receive settings, never raw arguments.
 
 pub mod apiserver;
+pub mod server;
 
 use clap::{Parser, Subcommand};
 
@@ -16,7 +17,8 @@ use clap::{Parser, Subcommand};
     after_help = "Run `litek8s <COMMAND> --help` for the flags of a command."
 )]
 pub struct Cli {
-    /// Log filter, e.g. `info`, `debug`, `litek8s::raft=debug` (RUST_LOG, if set, wins).
+    /// Log filter, e.g. `info`, `debug`, `litek8s::cluster=debug` (RUST_LOG, if set, wins;
+    /// openraft logs at warn unless the filter names it, e.g. `info,openraft=info`).
     #[arg(long, global = true, env = "LITEK8S_LOG", default_value = "info")]
     pub log_level: String,
 
@@ -26,19 +28,26 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the Kubernetes API server (single server; HA cluster in a later release).
+    /// Run the Kubernetes API server (a single server or a member of an HA cluster).
     #[command(long_about = apiserver::LONG_ABOUT)]
     Apiserver(apiserver::ApiserverArgs),
+    /// List or remove the members of an HA cluster (token from LITEK8S_TOKEN).
+    Server(server::ServerArgs),
 }
 
 impl Cli {
     /// Sets up logging: journald with structured fields when stderr is the journal, plain text
     /// on stderr otherwise. `RUST_LOG` wins over `--log-level`. Fails on an unparsable filter.
     pub fn init_logging(&self) -> anyhow::Result<()> {
-        let (source, text) = match std::env::var("RUST_LOG") {
+        let (source, mut text) = match std::env::var("RUST_LOG") {
             Ok(from_env) if !from_env.is_empty() => ("RUST_LOG", from_env),
             _ => ("--log-level", self.log_level.clone()),
         };
+        // openraft logs every vote and replication step at info; keep its warnings unless
+        // the filter names it.
+        if !text.contains("openraft") {
+            text.push_str(",openraft=warn");
+        }
         crate::systemd::journal::init(&text, "litek8s")
             .map_err(|e| anyhow::anyhow!("invalid {source} {text:?}: {e}"))?;
         Ok(())
@@ -48,6 +57,7 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<()> {
         match self.command {
             Command::Apiserver(args) => args.run(),
+            Command::Server(args) => args.run(),
         }
     }
 }

@@ -153,10 +153,12 @@ pub async fn route(node: &Arc<ClusterNode>, req: Request<Incoming>, user: &User)
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Err(e) => return error(ApiError::Timeout(format!(
+            Err(e) => {
+                return error(ApiError::Timeout(format!(
                 "forwarding to the leader {}: {e}; the request may or may not have been applied",
                 leader.name
-            ))),
+            )))
+            }
         }
     }
 }

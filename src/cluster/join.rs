@@ -70,7 +70,7 @@ pub async fn fetch_verified_ca(addr: &str, token: &JoinToken) -> Result<String, 
     let actual = ca_hash(&ca);
     if actual != expected {
         return Err(format!(
-            "the CA certificate served by {addr} has sha256 {actual}, but the token expects {expected}: refusing to join (wrong server or wrong token)"
+            "the CA certificate served by {addr} has sha256 {actual}, but the token expects {expected}: refusing it (wrong server or wrong token)"
         ));
     }
     Ok(ca)

@@ -94,6 +94,14 @@ impl Cluster {
 
     /// Adds (and starts) one more member; the first one initializes the cluster.
     pub fn add_member(&mut self) -> usize {
+        let i = self.add_stopped_member();
+        self.spawn(i);
+        self.wait_ready(i);
+        i
+    }
+
+    /// Adds a member without starting it (joiners join member 0).
+    pub fn add_stopped_member(&mut self) -> usize {
         let i = self.members.len();
         let name = format!("lk{}", i + 1);
         let mode_args = if i == 0 {
@@ -111,9 +119,52 @@ impl Cluster {
             starts: 0,
             mode_args,
         });
-        self.spawn(i);
-        self.wait_ready(i);
         i
+    }
+
+    /// Makes member `i` join through member `via` from now on.
+    pub fn join_via(&mut self, i: usize, via: usize) {
+        self.members[i].mode_args = vec!["--server".to_string(), self.url(via)];
+    }
+
+    /// Removes member `name` through member `via`'s API (`litek8s server remove`'s endpoint).
+    pub async fn remove(&self, via: usize, name: &str) -> Result<(), String> {
+        let resp = self
+            .secret_api(via)
+            .post_json("/litek8s/v1/remove", &serde_json::json!({ "name": name }))
+            .await?;
+        let reply = resp.json();
+        if reply.get("Done").is_some() {
+            Ok(())
+        } else {
+            Err(format!("{} {}", resp.status, resp.text()))
+        }
+    }
+
+    /// `(name, voter)` of every member, asked of member `ask`.
+    pub async fn membership(&self, ask: usize) -> Vec<(String, bool)> {
+        let Ok(resp) = self
+            .secret_api(ask)
+            .post_json("/litek8s/v1/members", &serde_json::json!(null))
+            .await
+        else {
+            return Vec::new();
+        };
+        let mut members: Vec<(String, bool)> = resp.json()["Done"]["members"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|m| {
+                        (
+                            m["name"].as_str().unwrap_or("").to_string(),
+                            m["voter"].as_bool().unwrap_or(false),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        members.sort();
+        members
     }
 
     pub fn url(&self, i: usize) -> String {
