@@ -33,6 +33,7 @@ class LoggedElection(leaderelection.LeaderElection):
     def acquire(self):
         acquired = super().acquire()
         # Logged the moment acquire() returns: from here this process believes it leads.
+        self.leading = True
         log("LEADER")
         return acquired
 
@@ -56,9 +57,13 @@ def main():
     cfg.retry_period = RETRY_PERIOD
     log("START")
     while True:
+        election = LoggedElection(cfg)
         try:
-            LoggedElection(cfg).run()
+            election.run()
         except Exception as e:  # server briefly unreachable: stay a candidate
+            # run() raising ends this term of leadership (nothing renews any more).
+            if getattr(election, "leading", False):
+                log("LOST")
             log("ERROR " + type(e).__name__)
             time.sleep(RETRY_PERIOD)
 
