@@ -10,10 +10,11 @@ export LIN_RUN_MS="${LIN_RUN_MS:-4000}"
 log="$(mktemp -t litek8s-ha-soak.XXXXXX)"
 echo "ha_soak: LIN_RUNS=$LIN_RUNS LIN_RUN_MS=$LIN_RUN_MS log=$log"
 start=$(date +%s)
-status=0
+set +e
 cargo test --test ha_linearizability histories_under_kills_and_pauses_are_linearizable \
-    -- --nocapture 2>&1 | tee "$log" | grep -E '^(run |linearizability:|test |thread )' || status=$?
+    -- --nocapture 2>&1 | tee "$log" | grep --line-buffered -E '^(run |linearizability:|test |thread )'
 status=${PIPESTATUS[0]}
+set -e
 end=$(date +%s)
 echo
 echo "| runs | ops | wall s | result |"
