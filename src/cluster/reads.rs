@@ -70,7 +70,8 @@ async fn round(node: &ClusterNode) -> Result<(), BarrierError> {
         if remaining.is_zero() {
             return Err(timeout());
         }
-        let attempt = match node.wait_for_leader(remaining).await {
+        let leadership = node.wait_for_leader(remaining).await;
+        let attempt = match &leadership {
             Leadership::Unknown => return Err(timeout()),
             Leadership::Me => match node.raft.get_read_log_id().await {
                 Ok((read, _applied)) => Some(read.map(|l| l.index)),
@@ -78,10 +79,19 @@ async fn round(node: &ClusterNode) -> Result<(), BarrierError> {
                 Err(e) => return Err(BarrierError::Unavailable(e.to_string())),
             },
             Leadership::Other { member, .. } => {
-                let reply: Result<ReadIndexReply, PeerError> = node
+                let asked = node
                     .peers
-                    .post(&member.raft, paths::READ_INDEX, &(), remaining)
-                    .await;
+                    .post(&member.raft, paths::READ_INDEX, &(), remaining);
+                // A leader cut off from us never answers; stop waiting for it as soon as
+                // this member sees another leader (or an election), and ask again.
+                let reply: Result<ReadIndexReply, PeerError> = tokio::select! {
+                    reply = asked => reply,
+                    _ = leadership_changes(node, &leadership) => {
+                        tracing::debug!("read index from {}: leadership changed", member.name);
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                        continue;
+                    }
+                };
                 match reply {
                     Ok(ReadIndexReply::Index(index)) => Some(index),
                     Ok(ReadIndexReply::NotLeader) | Err(PeerError::Unreachable { .. }) => None,
@@ -109,6 +119,20 @@ async fn round(node: &ClusterNode) -> Result<(), BarrierError> {
         .await
         .map(|_| ())
         .map_err(|_| timeout())
+}
+
+/// Resolves once this member's view of who leads differs from `seen`.
+async fn leadership_changes(node: &ClusterNode, seen: &Leadership) {
+    let mut metrics = node.raft.metrics();
+    loop {
+        if node.leadership() != *seen {
+            return;
+        }
+        if metrics.changed().await.is_err() {
+            // Raft stopped: nothing will change any more.
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 fn timeout() -> BarrierError {

@@ -4,7 +4,7 @@
 //! `LITEK8S_RAFT_HEARTBEAT_MS=100` so failovers take about 2 s.
 #![allow(dead_code)]
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,6 +22,31 @@ pub struct Member {
     starts: u32,
     /// `--cluster-init` (first member) or `--server URL` (the others).
     mode_args: Vec<String>,
+    /// The network namespace the process runs in (`ip netns exec`), if any.
+    pub netns: Option<String>,
+    /// `--node-ip`, if any.
+    pub node_ip: Option<IpAddr>,
+}
+
+/// Where a member listens and runs (see [`Cluster::start_placed`]).
+#[derive(Debug, Clone)]
+pub struct Placement {
+    pub api: SocketAddr,
+    pub raft_port: u16,
+    pub netns: Option<String>,
+    pub node_ip: Option<IpAddr>,
+}
+
+impl Placement {
+    /// A free loopback API port and Raft port in the test's own namespace.
+    pub fn loopback() -> Placement {
+        Placement {
+            api: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            raft_port: free_port(),
+            netns: None,
+            node_ip: None,
+        }
+    }
 }
 
 impl Member {
@@ -73,6 +98,15 @@ impl Cluster {
     }
 
     pub fn start_with(n: usize, heartbeat_ms: u64) -> Cluster {
+        Cluster::start_placed(n, heartbeat_ms, &|_| Placement::loopback())
+    }
+
+    /// Starts `n` members, member `i` listening and running where `place(i)` says.
+    pub fn start_placed(
+        n: usize,
+        heartbeat_ms: u64,
+        place: &dyn Fn(usize) -> Placement,
+    ) -> Cluster {
         let tmp = tempfile::Builder::new()
             .prefix("litek8s-ha-")
             .tempdir()
@@ -82,8 +116,8 @@ impl Cluster {
             members: Vec::new(),
             heartbeat_ms,
         };
-        for _ in 0..n {
-            cluster.add_member();
+        for i in 0..n {
+            cluster.add_member_at(place(i));
         }
         cluster
     }
@@ -94,14 +128,24 @@ impl Cluster {
 
     /// Adds (and starts) one more member; the first one initializes the cluster.
     pub fn add_member(&mut self) -> usize {
-        let i = self.add_stopped_member();
+        self.add_member_at(Placement::loopback())
+    }
+
+    /// Adds (and starts) one more member at `place`.
+    pub fn add_member_at(&mut self, place: Placement) -> usize {
+        let i = self.add_stopped_member_at(place);
         self.spawn(i);
         self.wait_ready(i);
         i
     }
 
-    /// Adds a member without starting it (joiners join member 0).
+    /// Adds a member on loopback without starting it (joiners join member 0).
     pub fn add_stopped_member(&mut self) -> usize {
+        self.add_stopped_member_at(Placement::loopback())
+    }
+
+    /// Adds a member at `place` without starting it.
+    pub fn add_stopped_member_at(&mut self, place: Placement) -> usize {
         let i = self.members.len();
         let name = format!("lk{}", i + 1);
         let mode_args = if i == 0 {
@@ -112,12 +156,14 @@ impl Cluster {
         self.members.push(Member {
             data_dir: self.root().join(&name),
             name,
-            api: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            raft_port: free_port(),
+            api: place.api,
+            raft_port: place.raft_port,
             log_dir: self.root(),
             child: None,
             starts: 0,
             mode_args,
+            netns: place.netns,
+            node_ip: place.node_ip,
         });
         i
     }
@@ -182,7 +228,15 @@ impl Cluster {
     /// The command line of member `i` (extra environment for joiners included).
     pub fn command(&self, i: usize) -> Command {
         let m = &self.members[i];
-        let mut cmd = Command::new(bin());
+        let mut cmd = match &m.netns {
+            // `ip netns exec` execs the binary in place: the child's pid is the server's.
+            Some(ns) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", ns]).arg(bin());
+                cmd
+            }
+            None => Command::new(bin()),
+        };
         cmd.arg("apiserver")
             .arg("--data-dir")
             .arg(&m.data_dir)
@@ -199,6 +253,9 @@ impl Cluster {
                 std::env::var("LITEK8S_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
             )
             .stdin(Stdio::null());
+        if let Some(ip) = m.node_ip {
+            cmd.arg("--node-ip").arg(ip.to_string());
+        }
         if i > 0 {
             cmd.env("LITEK8S_TOKEN", self.token());
         }
@@ -251,6 +308,23 @@ impl Cluster {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Sends `signal` to member `i`'s process, if it runs.
+    pub fn signal(&self, i: usize, signal: nix::sys::signal::Signal) {
+        if let Some(pid) = self.members[i].pid() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
+        }
+    }
+
+    /// SIGSTOPs member `i`: a hung server, not a dead one.
+    pub fn pause(&self, i: usize) {
+        self.signal(i, nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// SIGCONTs member `i` after [`Cluster::pause`].
+    pub fn resume(&self, i: usize) {
+        self.signal(i, nix::sys::signal::Signal::SIGCONT);
     }
 
     /// SIGTERMs member `i` and waits for it to exit.
@@ -321,6 +395,14 @@ impl Cluster {
             .as_str()?
             .to_string();
         self.members.iter().position(|m| m.name == name)
+    }
+
+    /// [`Cluster::leader`] with a bound, for members that may be hung.
+    pub async fn leader_within(&self, ask: usize, limit: Duration) -> Option<usize> {
+        tokio::time::timeout(limit, self.leader(ask))
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Waits until the running members agree on a leader that is one of them.

@@ -351,6 +351,12 @@ impl Api {
         let tcp = TokioTcpStream::connect(self.addr)
             .await
             .map_err(|e| format!("connect {}: {e}", self.addr))?;
+        self.connect_over(tcp).await
+    }
+
+    /// Opens one keep-alive HTTP/1.1 connection over TLS on a TCP connection made elsewhere
+    /// (for example in another network namespace) to `self.addr`.
+    pub async fn connect_over(&self, tcp: TokioTcpStream) -> Result<Conn, String> {
         let _ = tcp.set_nodelay(true);
         let name = ServerName::IpAddress(self.addr.ip().into());
         let tls = self
