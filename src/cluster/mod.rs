@@ -12,10 +12,12 @@
 //!   writes: proposals forwarded to the leader);
 //!   [`reads`]: the ReadIndex barrier.
 //! - [`membership`]: joins, promotion and removal on the leader; [`member`]: identities.
+//! - [`handoff`]: a stopping leader's handoff to a successor;
 //! - [`leader`]: leader-only loops; [`endpoints`]: the cluster endpoints of the API port.
 
 pub mod endpoints;
 pub mod forward;
+pub mod handoff;
 pub mod join;
 pub mod leader;
 pub mod member;

@@ -15,6 +15,9 @@ pub mod paths {
     pub const JOIN: &str = "/cluster/join";
     pub const MEMBERS: &str = "/cluster/members";
     pub const REMOVE: &str = "/cluster/remove";
+    /// The leader is stopping (SIGTERM): the receiver campaigns as soon as the leader's
+    /// lease allows.
+    pub const LEADER_LEAVING: &str = "/cluster/leader-leaving";
 }
 
 /// Paths served on the API port for joiners and the `server` CLI.

@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use super::handoff;
 use super::membership;
 use super::network::paths as raft_paths;
 use super::node::{ClusterNode, Leadership};
@@ -174,6 +175,10 @@ async fn handle(
             ),
             Err(bad) => bad,
         },
+        paths::LEADER_LEAVING => {
+            tokio::spawn(handoff::campaign_after_lease(node.clone()));
+            json(&())
+        }
         _ => reply(StatusCode::NOT_FOUND, "no such endpoint"),
     };
     Ok(response)

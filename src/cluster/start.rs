@@ -370,7 +370,7 @@ pub async fn readiness_loop(
     reporter: Arc<ReadinessReporter>,
     shutdown: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {

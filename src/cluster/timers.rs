@@ -43,10 +43,12 @@ impl Timers {
         }
     }
 
-    /// How long without a leader's heartbeat a follower counts as isolated (not ready):
-    /// the leader lease, which is 3 s by default (SPEC H12).
+    /// How long without a leader's heartbeat (a leader: without a quorum's acknowledgement)
+    /// a member counts as isolated and turns not ready: 8 heartbeats, 2.4 s by default, so
+    /// that with the readiness loop's 100 ms period `/readyz` is false within the 3 s of
+    /// SPEC H12.
     pub fn isolation(&self) -> Duration {
-        self.election_max
+        self.heartbeat * 8
     }
 
     /// The openraft configuration for these timers and the cluster's fixed choices.

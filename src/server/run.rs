@@ -214,6 +214,7 @@ pub async fn run_until(
         tracing::error!("the listener task panicked");
     }
     if let Some(started) = member {
+        crate::cluster::handoff::hand_off(&started.node).await;
         started.node.shutdown().await;
     }
     tracing::info!("stopped");
