@@ -4,13 +4,16 @@
 //! `client_write` per Mutation means one fsync per Mutation. Instead every caller queues its
 //! Proposal here; one task takes everything waiting (bounded by count and by bytes, under the
 //! 512 KiB AppendEntries cap), proposes it as one `Batch` and hands each caller its own result.
-//! While that entry commits, the next batch gathers.
+//! While that entry commits, the next batch gathers; a few batches may be in flight at once,
+//! so that encoding and appending one overlaps with the fsync and apply of the one before
+//! (openraft queues them in order and may append several in one call).
 
 use std::future::Future;
 use std::io::Write;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::kube::mutation::ApplyError;
@@ -62,6 +65,8 @@ pub struct BatchLimits {
     pub max_bytes: usize,
     /// Proposals that may wait; callers beyond this wait to enqueue.
     pub queue: usize,
+    /// Batches proposed and not yet answered; the next batch waits for one of them.
+    pub in_flight: usize,
 }
 
 impl Default for BatchLimits {
@@ -70,6 +75,7 @@ impl Default for BatchLimits {
             max_count: 4096,
             max_bytes: (512 << 10) - (8 << 10),
             queue: 16_384,
+            in_flight: 2,
         }
     }
 }
@@ -127,15 +133,39 @@ impl Batcher {
 }
 
 async fn run<P: Propose>(proposer: Arc<P>, mut rx: mpsc::Receiver<Request>, limits: BatchLimits) {
+    let max_in_flight = limits.in_flight.max(1);
+    let mut in_flight = FuturesUnordered::new();
     let mut carry: Option<Request> = None;
+    let mut open = true;
     loop {
-        let first = match carry.take() {
-            Some(request) => request,
-            None => match rx.recv().await {
-                Some(request) => request,
+        // Completions first: a new batch's future is polled (and so proposed) before the
+        // next batch is gathered, which keeps batches in the order they were formed.
+        let first = if in_flight.len() >= max_in_flight || (!open && carry.is_none()) {
+            match in_flight.next().await {
+                Some(()) => continue,
                 None => return,
-            },
+            }
+        } else if let Some(request) = carry.take() {
+            request
+        } else {
+            tokio::select! {
+                biased;
+                Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
+                request = rx.recv() => match request {
+                    Some(request) => request,
+                    None => {
+                        open = false;
+                        continue;
+                    }
+                },
+            }
         };
+        if !in_flight.is_empty() {
+            // A batch is already on its way: let the callers that are ready to run (those just
+            // answered, typically) submit first, so that this batch takes all of them instead
+            // of only the one whose send woke this task.
+            tokio::task::yield_now().await;
+        }
         let mut bytes = first.size;
         let mut requests = vec![first];
         while requests.len() < limits.max_count {
@@ -151,34 +181,39 @@ async fn run<P: Propose>(proposer: Arc<P>, mut rx: mpsc::Receiver<Request>, limi
                 Err(_) => break,
             }
         }
-        let mut replies = Vec::with_capacity(requests.len());
-        let proposals = requests
-            .into_iter()
-            .map(|r| {
-                replies.push(r.reply);
-                r.proposal
-            })
-            .collect();
-        match proposer.propose(Batch { proposals }).await {
-            Ok(response) if response.results.len() == replies.len() => {
-                for (reply, result) in replies.into_iter().zip(response.results) {
-                    let _ = reply.send(result.map_err(ProposeError::Rejected));
-                }
+        in_flight.push(propose_and_answer(&*proposer, requests));
+    }
+}
+
+/// Proposes one batch and hands each caller its own result.
+async fn propose_and_answer<P: Propose>(proposer: &P, requests: Vec<Request>) {
+    let mut replies = Vec::with_capacity(requests.len());
+    let proposals = requests
+        .into_iter()
+        .map(|r| {
+            replies.push(r.reply);
+            r.proposal
+        })
+        .collect();
+    match proposer.propose(Batch { proposals }).await {
+        Ok(response) if response.results.len() == replies.len() => {
+            for (reply, result) in replies.into_iter().zip(response.results) {
+                let _ = reply.send(result.map_err(ProposeError::Rejected));
             }
-            Ok(response) => {
-                let e = ProposeError::Raft(format!(
-                    "{} results for {} proposals",
-                    response.results.len(),
-                    replies.len()
-                ));
-                for reply in replies {
-                    let _ = reply.send(Err(e.clone()));
-                }
+        }
+        Ok(response) => {
+            let e = ProposeError::Raft(format!(
+                "{} results for {} proposals",
+                response.results.len(),
+                replies.len()
+            ));
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
             }
-            Err(e) => {
-                for reply in replies {
-                    let _ = reply.send(Err(e.clone()));
-                }
+        }
+        Err(e) => {
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
             }
         }
     }
@@ -191,11 +226,15 @@ mod tests {
     use crate::kube::object::ObjectKey;
     use crate::kube::store::{Store, StoreConfig};
     use parking_lot::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Applies batches straight to a store, recording batch sizes.
     struct Direct {
         store: Store,
         sizes: Mutex<Vec<usize>>,
+        /// Batches being proposed now, and the most there ever were at once.
+        active: AtomicUsize,
+        peak: AtomicUsize,
     }
 
     impl Propose for Direct {
@@ -206,7 +245,10 @@ mod tests {
         {
             Box::pin(async move {
                 self.sizes.lock().push(batch.proposals.len());
+                let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
+                self.peak.fetch_max(now, Ordering::SeqCst);
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                self.active.fetch_sub(1, Ordering::SeqCst);
                 let results = self
                     .store
                     .apply_batch(batch.proposals.into_iter().map(|p| p.mutation))
@@ -235,11 +277,14 @@ mod tests {
         let direct = Arc::new(Direct {
             store: Store::new(StoreConfig::default()),
             sizes: Mutex::new(Vec::new()),
+            active: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
         });
         let limits = BatchLimits {
             max_count: 64,
             max_bytes: 40 << 10,
             queue: 1024,
+            in_flight: 2,
         };
         let batcher = Batcher::start(direct.clone(), limits);
         let mut tasks = Vec::new();
@@ -270,5 +315,8 @@ mod tests {
         assert!(sizes.len() < 200, "no batching happened: {sizes:?}");
         // ~1 KiB each: the byte bound keeps batches under 40.
         assert!(sizes.iter().all(|n| *n <= 40), "{sizes:?}");
+        // At least five batches: the second is proposed while the first is still out, and
+        // never more than the limit at once.
+        assert_eq!(direct.peak.load(Ordering::SeqCst), 2);
     }
 }

@@ -72,12 +72,42 @@ impl Queue {
     }
 }
 
+/// Write buffers handed back by the flush thread for the next appends to fill: a batch
+/// entry is hundreds of KiB, and a fresh buffer for each would have the allocator fault in
+/// (and zero) new pages on every append. Bounded in count and in the size it keeps.
+#[derive(Default)]
+pub(crate) struct BufferPool {
+    free: Mutex<Vec<Vec<u8>>>,
+}
+
+impl BufferPool {
+    const MAX_BUFFERS: usize = 4;
+    /// Larger buffers (a follower catching up in big appends) are not kept.
+    const MAX_KEPT_CAPACITY: usize = 1 << 20;
+
+    pub fn take(&self) -> Vec<u8> {
+        self.free.lock().pop().unwrap_or_default()
+    }
+
+    pub fn give_back(&self, mut buffer: Vec<u8>) {
+        if buffer.capacity() == 0 || buffer.capacity() > Self::MAX_KEPT_CAPACITY {
+            return;
+        }
+        buffer.clear();
+        let mut free = self.free.lock();
+        if free.len() < Self::MAX_BUFFERS {
+            free.push(buffer);
+        }
+    }
+}
+
 /// The flush thread's loop; returns after shutdown once the queue is empty.
 pub(crate) fn run(
     queue: Arc<Queue>,
     state: Arc<RwLock<State>>,
     io: Arc<dyn SegmentIo>,
     dir: PathBuf,
+    pool: Arc<BufferPool>,
 ) {
     let mut failed: Option<String> = None;
     // Files written but not yet synced, by seq. Writes nobody waits for (committed ids,
@@ -100,7 +130,9 @@ pub(crate) fn run(
                     if failed.is_some() || error.is_some() {
                         continue;
                     }
-                    match io.write_at(&file, &bytes, offset) {
+                    let result = io.write_at(&file, &bytes, offset);
+                    pool.give_back(bytes);
+                    match result {
                         Ok(()) => {
                             written = Some(wseq);
                             if !dirty.iter().any(|(s, _)| *s == seq) {
