@@ -4,9 +4,10 @@
 //! `client_write` per Mutation means one fsync per Mutation. Instead every caller queues its
 //! Proposal here; one task takes everything waiting (bounded by count and by bytes, under the
 //! 512 KiB AppendEntries cap), proposes it as one `Batch` and hands each caller its own result.
-//! While that entry commits, the next batch gathers; a few batches may be in flight at once,
-//! so that encoding and appending one overlaps with the fsync and apply of the one before
-//! (openraft queues them in order and may append several in one call).
+//! While that entry commits, the next batch gathers. Two batches may be in flight: openraft
+//! appends entries one at a time and waits for each flush, so with the next batch already
+//! queued the Raft core appends it as soon as the previous flush completes, while the state
+//! machine applies the previous one and its callers prepare their next writes.
 
 use std::future::Future;
 use std::io::Write;
@@ -189,8 +190,7 @@ impl Batcher {
     }
 
     /// Proposes one Mutation; returns once it is committed and applied (or failed).
-    pub async fn submit(&self, proposal: Proposal) -> Result<Applied, ProposeError> {
-        let mut proposal = proposal;
+    pub async fn submit(&self, mut proposal: Proposal) -> Result<Applied, ProposeError> {
         let size = encoded_len(&mut proposal) + 1;
         let (reply, rx) = oneshot::channel();
         let request = Request {
