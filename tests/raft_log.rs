@@ -111,6 +111,32 @@ async fn entries_vote_and_committed_survive_reopen_across_segments() {
     assert_eq!(e[0].payload, entry(1, 5).payload);
 }
 
+/// The state machine's read hands committed entries over instead of cloning them; every
+/// later read (for replication, or the same range again) still returns them whole, from disk.
+#[tokio::test]
+async fn committed_entries_read_for_applying_stay_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = LogStore::open(dir.path(), LogConfig::default()).expect("open");
+    append(&log, (1..=4).map(|i| entry(1, i)).collect())
+        .await
+        .unwrap();
+    log.set_committed(Some(log_id(1, 2))).unwrap();
+    let expected: Vec<_> = (1..=4).map(|i| entry(1, i).payload).collect();
+    let payloads =
+        |entries: Vec<Entry>| -> Vec<_> { entries.into_iter().map(|e| e.payload).collect() };
+    let mut reader = log.reader();
+    for _ in 0..2 {
+        let applied = reader.try_get_log_entries(1..5).await.expect("apply read");
+        assert_eq!(payloads(applied), expected);
+        let replicated = reader.limited_get_log_entries(1, 5).await.expect("read");
+        assert_eq!(payloads(replicated), expected);
+        assert_eq!(
+            payloads(log.reader().read(1, 5, usize::MAX).unwrap()),
+            expected
+        );
+    }
+}
+
 #[tokio::test]
 async fn purge_and_truncate_across_segments_survive_restart() {
     let dir = tempfile::tempdir().unwrap();

@@ -4,16 +4,22 @@
 //! `client_write` per Mutation means one fsync per Mutation. Instead every caller queues its
 //! Proposal here; one task takes everything waiting (bounded by count and by bytes, under the
 //! 512 KiB AppendEntries cap), proposes it as one `Batch` and hands each caller its own result.
-//! While that entry commits, the next batch gathers.
+//! While that entry commits, the next batch gathers. Two batches may be in flight: openraft
+//! appends entries one at a time and waits for each flush, so with the next batch already
+//! queued the Raft core appends it as soon as the previous flush completes, while the state
+//! machine applies the previous one and its callers prepare their next writes.
 
 use std::future::Future;
 use std::io::Write;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::kube::mutation::ApplyError;
+use serde_json::Value;
+
+use crate::kube::mutation::{ApplyError, Mutation};
 use crate::raft::types::{Applied, Batch, BatchResponse, Proposal, TypeConfig};
 
 /// Why a proposal did not apply.
@@ -69,6 +75,8 @@ pub struct BatchLimits {
     pub max_bytes: usize,
     /// Proposals that may wait; callers beyond this wait to enqueue.
     pub queue: usize,
+    /// Batches proposed and not yet answered; the next batch waits for one of them.
+    pub in_flight: usize,
 }
 
 impl Default for BatchLimits {
@@ -77,6 +85,7 @@ impl Default for BatchLimits {
             max_count: 4096,
             max_bytes: (512 << 10) - (8 << 10),
             queue: 16_384,
+            in_flight: 2,
         }
     }
 }
@@ -106,6 +115,79 @@ impl Write for Counter {
     }
 }
 
+/// The exact length of `proposal`'s compact JSON (what the log entry holds of it). Plain
+/// serde_json would do, but it escapes every byte of the ~KiB object a second time only to
+/// count them; the object is measured by `json_len` instead.
+fn encoded_len(proposal: &mut Proposal) -> usize {
+    let object = match &mut proposal.mutation {
+        Mutation::Create { object, .. } | Mutation::Update { object, .. } => {
+            Some(std::mem::take(object))
+        }
+        Mutation::Delete { .. } => None,
+    };
+    let mut counter = Counter(0);
+    // Serializing plain data cannot fail; the size only bounds batches.
+    let _ = serde_json::to_writer(&mut counter, &*proposal);
+    let Some(object) = object else {
+        return counter.0;
+    };
+    // The object was counted as `null`.
+    let len = counter.0 - 4 + json_len(&object);
+    if let Mutation::Create { object: slot, .. } | Mutation::Update { object: slot, .. } =
+        &mut proposal.mutation
+    {
+        *slot = object;
+    }
+    len
+}
+
+/// The length of serde_json's compact encoding of `value`.
+fn json_len(value: &Value) -> usize {
+    match value {
+        Value::Null => 4,
+        Value::Bool(b) => 4 + usize::from(!b),
+        Value::Number(n) => {
+            let mut counter = Counter(0);
+            let _ = serde_json::to_writer(&mut counter, n);
+            counter.0
+        }
+        Value::String(s) => string_len(s),
+        Value::Array(items) => {
+            2 + items.len().saturating_sub(1) + items.iter().map(json_len).sum::<usize>()
+        }
+        Value::Object(map) => {
+            2 + map.len().saturating_sub(1)
+                + map
+                    .iter()
+                    .map(|(k, v)| string_len(k) + 1 + json_len(v))
+                    .sum::<usize>()
+        }
+    }
+}
+
+/// The length of a JSON string literal as serde_json escapes it: `"` and `\` and the five
+/// short control escapes take 2 bytes, other control bytes 6 (`\u00XX`), the rest 1.
+fn string_len(s: &str) -> usize {
+    let bytes = s.as_bytes();
+    // Branch-free over the whole string (it vectorizes): almost no string needs escaping.
+    let needs_escape = bytes.iter().fold(false, |any, &b| {
+        any | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    let extra: usize = if needs_escape {
+        bytes
+            .iter()
+            .map(|&b| match b {
+                b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 1,
+                0..=0x1f => 5,
+                _ => 0,
+            })
+            .sum()
+    } else {
+        0
+    };
+    2 + bytes.len() + extra
+}
+
 impl Batcher {
     /// Starts the batching task on the current tokio runtime.
     pub fn start<P: Propose>(proposer: Arc<P>, limits: BatchLimits) -> Batcher {
@@ -115,14 +197,12 @@ impl Batcher {
     }
 
     /// Proposes one Mutation; returns once it is committed and applied (or failed).
-    pub async fn submit(&self, proposal: Proposal) -> Result<Applied, ProposeError> {
-        let mut counter = Counter(0);
-        // Serializing plain data cannot fail; the size only bounds batches.
-        let _ = serde_json::to_writer(&mut counter, &proposal);
+    pub async fn submit(&self, mut proposal: Proposal) -> Result<Applied, ProposeError> {
+        let size = encoded_len(&mut proposal) + 1;
         let (reply, rx) = oneshot::channel();
         let request = Request {
             proposal,
-            size: counter.0 + 1,
+            size,
             reply,
         };
         self.tx
@@ -134,15 +214,39 @@ impl Batcher {
 }
 
 async fn run<P: Propose>(proposer: Arc<P>, mut rx: mpsc::Receiver<Request>, limits: BatchLimits) {
+    let max_in_flight = limits.in_flight.max(1);
+    let mut in_flight = FuturesUnordered::new();
     let mut carry: Option<Request> = None;
+    let mut open = true;
     loop {
-        let first = match carry.take() {
-            Some(request) => request,
-            None => match rx.recv().await {
-                Some(request) => request,
+        // Completions first: a new batch's future is polled (and so proposed) before the
+        // next batch is gathered, which keeps batches in the order they were formed.
+        let first = if in_flight.len() >= max_in_flight || (!open && carry.is_none()) {
+            match in_flight.next().await {
+                Some(()) => continue,
                 None => return,
-            },
+            }
+        } else if let Some(request) = carry.take() {
+            request
+        } else {
+            tokio::select! {
+                biased;
+                Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
+                request = rx.recv() => match request {
+                    Some(request) => request,
+                    None => {
+                        open = false;
+                        continue;
+                    }
+                },
+            }
         };
+        if !in_flight.is_empty() {
+            // A batch is already on its way: let the callers that are ready to run (those just
+            // answered, typically) submit first, so that this batch takes all of them instead
+            // of only the one whose send woke this task.
+            tokio::task::yield_now().await;
+        }
         let mut bytes = first.size;
         let mut requests = vec![first];
         while requests.len() < limits.max_count {
@@ -158,34 +262,39 @@ async fn run<P: Propose>(proposer: Arc<P>, mut rx: mpsc::Receiver<Request>, limi
                 Err(_) => break,
             }
         }
-        let mut replies = Vec::with_capacity(requests.len());
-        let proposals = requests
-            .into_iter()
-            .map(|r| {
-                replies.push(r.reply);
-                r.proposal
-            })
-            .collect();
-        match proposer.propose(Batch { proposals }).await {
-            Ok(response) if response.results.len() == replies.len() => {
-                for (reply, result) in replies.into_iter().zip(response.results) {
-                    let _ = reply.send(result.map_err(ProposeError::Rejected));
-                }
+        in_flight.push(propose_and_answer(&*proposer, requests));
+    }
+}
+
+/// Proposes one batch and hands each caller its own result.
+async fn propose_and_answer<P: Propose>(proposer: &P, requests: Vec<Request>) {
+    let mut replies = Vec::with_capacity(requests.len());
+    let proposals = requests
+        .into_iter()
+        .map(|r| {
+            replies.push(r.reply);
+            r.proposal
+        })
+        .collect();
+    match proposer.propose(Batch { proposals }).await {
+        Ok(response) if response.results.len() == replies.len() => {
+            for (reply, result) in replies.into_iter().zip(response.results) {
+                let _ = reply.send(result.map_err(ProposeError::Rejected));
             }
-            Ok(response) => {
-                let e = ProposeError::Raft(format!(
-                    "{} results for {} proposals",
-                    response.results.len(),
-                    replies.len()
-                ));
-                for reply in replies {
-                    let _ = reply.send(Err(e.clone()));
-                }
+        }
+        Ok(response) => {
+            let e = ProposeError::Raft(format!(
+                "{} results for {} proposals",
+                response.results.len(),
+                replies.len()
+            ));
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
             }
-            Err(e) => {
-                for reply in replies {
-                    let _ = reply.send(Err(e.clone()));
-                }
+        }
+        Err(e) => {
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
             }
         }
     }
@@ -198,11 +307,15 @@ mod tests {
     use crate::kube::object::ObjectKey;
     use crate::kube::store::{Store, StoreConfig};
     use parking_lot::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Applies batches straight to a store, recording batch sizes.
     struct Direct {
         store: Store,
         sizes: Mutex<Vec<usize>>,
+        /// Batches being proposed now, and the most there ever were at once.
+        active: AtomicUsize,
+        peak: AtomicUsize,
     }
 
     impl Propose for Direct {
@@ -213,7 +326,10 @@ mod tests {
         {
             Box::pin(async move {
                 self.sizes.lock().push(batch.proposals.len());
+                let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
+                self.peak.fetch_max(now, Ordering::SeqCst);
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                self.active.fetch_sub(1, Ordering::SeqCst);
                 let results = self
                     .store
                     .apply_batch(batch.proposals.into_iter().map(|p| p.mutation))
@@ -237,16 +353,54 @@ mod tests {
         })
     }
 
+    #[test]
+    fn encoded_len_is_exact() {
+        let objects = [
+            serde_json::json!(null),
+            serde_json::json!({"a":[1,-2,3.5,1e300,true,false,null,[],{}],"b":"x"}),
+            serde_json::json!({"esc":"quote\" back\\ nl\n tab\t bell\u{7} del\u{7f} é ☃ 🦀 \r\u{8}\u{c}\u{1f}",
+                "k\"ey\n":{"nested":[{"deep":"v"}],"n":18446744073709551615u64,"m":-9223372036854775808i64,"f":0.1}}),
+        ];
+        for object in objects {
+            let key = ObjectKey::new("configmaps", "n\"s", "na\u{1}me");
+            for mutation in [
+                Mutation::Create {
+                    key: key.clone(),
+                    object: object.clone(),
+                },
+                Mutation::Update {
+                    key: key.clone(),
+                    object: object.clone(),
+                    precondition: crate::kube::mutation::Precondition::at(7),
+                },
+                Mutation::Delete {
+                    key: key.clone(),
+                    precondition: crate::kube::mutation::Precondition::none(),
+                },
+            ] {
+                let mut proposal = Proposal::new(mutation);
+                proposal.session = Some(3);
+                let expected = serde_json::to_vec(&proposal).unwrap().len();
+                let before = proposal.clone();
+                assert_eq!(encoded_len(&mut proposal), expected, "{proposal:?}");
+                assert_eq!(proposal, before, "the proposal must come back unchanged");
+            }
+        }
+    }
+
     #[tokio::test]
     async fn coalesces_and_answers_each_caller() {
         let direct = Arc::new(Direct {
             store: Store::new(StoreConfig::default()),
             sizes: Mutex::new(Vec::new()),
+            active: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
         });
         let limits = BatchLimits {
             max_count: 64,
             max_bytes: 40 << 10,
             queue: 1024,
+            in_flight: 2,
         };
         let batcher = Batcher::start(direct.clone(), limits);
         let mut tasks = Vec::new();
@@ -277,5 +431,8 @@ mod tests {
         assert!(sizes.len() < 200, "no batching happened: {sizes:?}");
         // ~1 KiB each: the byte bound keeps batches under 40.
         assert!(sizes.iter().all(|n| *n <= 40), "{sizes:?}");
+        // At least five batches: the second is proposed while the first is still out, and
+        // never more than the limit at once.
+        assert_eq!(direct.peak.load(Ordering::SeqCst), 2);
     }
 }

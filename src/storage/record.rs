@@ -44,6 +44,33 @@ pub fn encode_into(out: &mut Vec<u8>, record_type: u8, payload: &[u8]) {
     out.resize(start + total, 0);
 }
 
+/// Appends one framed record whose payload `fill` appends straight to `out`, so a large
+/// payload is never built in a buffer of its own and copied. `fill` must only append; if it
+/// fails, `out` is left as it was.
+pub fn encode_in_place<E>(
+    out: &mut Vec<u8>,
+    record_type: u8,
+    fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+) -> Result<(), E> {
+    debug_assert_ne!(
+        record_type, 0,
+        "record type 0 is reserved for unwritten space"
+    );
+    let start = out.len();
+    out.extend_from_slice(&[0u8; HEADER_LEN]);
+    if let Err(e) = fill(out) {
+        out.truncate(start);
+        return Err(e);
+    }
+    let payload_len = out.len() - start - HEADER_LEN;
+    let crc = checksum(record_type, &out[start + HEADER_LEN..]);
+    out[start..start + 4].copy_from_slice(&(payload_len as u32).to_le_bytes());
+    out[start + 4] = record_type;
+    out[start + 8..start + HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
+    out.resize(start + framed_len(payload_len), 0);
+    Ok(())
+}
+
 /// Encodes one record into a new buffer.
 pub fn encode(record_type: u8, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(framed_len(payload.len()));
@@ -178,6 +205,27 @@ mod tests {
         assert_eq!(decode_at(&buf, offset), Decoded::End);
         assert_eq!(seen.len(), 3);
         assert_eq!(seen[1], (2, b"hello".to_vec()));
+    }
+
+    #[test]
+    fn in_place_encoding_is_byte_identical_and_undone_on_error() {
+        for payload in [&b""[..], b"x", b"exactly8", &[9u8; 21][..]] {
+            let mut in_place = b"prefix".to_vec();
+            encode_in_place(&mut in_place, 4, |out| {
+                out.extend_from_slice(payload);
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+            let mut copied = b"prefix".to_vec();
+            encode_into(&mut copied, 4, payload);
+            assert_eq!(in_place, copied);
+        }
+        let mut buf = b"keep".to_vec();
+        let failed = encode_in_place(&mut buf, 4, |out| {
+            out.extend_from_slice(b"partial");
+            Err("no")
+        });
+        assert_eq!((failed, buf), (Err("no"), b"keep".to_vec()));
     }
 
     #[test]

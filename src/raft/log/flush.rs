@@ -39,6 +39,10 @@ pub(crate) enum Op {
 #[derive(Default)]
 struct Pending {
     ops: Vec<Op>,
+    /// Whether any queued op needs the thread now (someone waits, or files go). Writes
+    /// nobody waits for (the committed id after every commit) ride along with the next
+    /// flush instead of waking the thread for a write of their own.
+    urgent: bool,
     shutdown: bool,
 }
 
@@ -50,9 +54,18 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
+    /// Queues ops; wakes the flush thread if one of them needs it now.
     pub fn push(&self, ops: Vec<Op>) {
-        self.pending.lock().ops.extend(ops);
-        self.cv.notify_one();
+        let urgent = ops
+            .iter()
+            .any(|op| matches!(op, Op::Done(_) | Op::Unlink(_)));
+        let mut pending = self.pending.lock();
+        pending.ops.extend(ops);
+        if urgent {
+            pending.urgent = true;
+            drop(pending);
+            self.cv.notify_one();
+        }
     }
 
     pub fn shutdown(&self) {
@@ -62,13 +75,43 @@ impl Queue {
 
     fn take(&self) -> Option<Vec<Op>> {
         let mut pending = self.pending.lock();
-        while pending.ops.is_empty() && !pending.shutdown {
+        while !pending.urgent && !pending.shutdown {
             self.cv.wait(&mut pending);
         }
+        pending.urgent = false;
         if pending.ops.is_empty() {
             return None;
         }
         Some(std::mem::take(&mut pending.ops))
+    }
+}
+
+/// Write buffers handed back by the flush thread for the next appends to fill: a batch
+/// entry is hundreds of KiB, and a fresh buffer for each would have the allocator fault in
+/// (and zero) new pages on every append. Bounded in count and in the size it keeps.
+#[derive(Default)]
+pub(crate) struct BufferPool {
+    free: Mutex<Vec<Vec<u8>>>,
+}
+
+impl BufferPool {
+    const MAX_BUFFERS: usize = 4;
+    /// Larger buffers (a follower catching up in big appends) are not kept.
+    const MAX_KEPT_CAPACITY: usize = 1 << 20;
+
+    pub fn take(&self) -> Vec<u8> {
+        self.free.lock().pop().unwrap_or_default()
+    }
+
+    pub fn give_back(&self, mut buffer: Vec<u8>) {
+        if buffer.capacity() == 0 || buffer.capacity() > Self::MAX_KEPT_CAPACITY {
+            return;
+        }
+        buffer.clear();
+        let mut free = self.free.lock();
+        if free.len() < Self::MAX_BUFFERS {
+            free.push(buffer);
+        }
     }
 }
 
@@ -78,6 +121,7 @@ pub(crate) fn run(
     state: Arc<RwLock<State>>,
     io: Arc<dyn SegmentIo>,
     dir: PathBuf,
+    pool: Arc<BufferPool>,
 ) {
     let mut failed: Option<String> = None;
     // Files written but not yet synced, by seq. Writes nobody waits for (committed ids,
@@ -100,7 +144,9 @@ pub(crate) fn run(
                     if failed.is_some() || error.is_some() {
                         continue;
                     }
-                    match io.write_at(&file, &bytes, offset) {
+                    let result = io.write_at(&file, &bytes, offset);
+                    pool.give_back(bytes);
+                    match result {
                         Ok(()) => {
                             written = Some(wseq);
                             if !dirty.iter().any(|(s, _)| *s == seq) {

@@ -75,13 +75,14 @@ pub fn decode_segment_header(payload: &[u8]) -> Result<u64, String> {
     u64_at(payload, 8).ok_or_else(|| "short segment header".into())
 }
 
-/// Appends an ENTRY record; returns its framed length.
+/// Appends an ENTRY record; returns its framed length. The JSON is written straight into
+/// `out` (entries of a large batch run to hundreds of KiB: no copy of them is made).
 pub fn encode_entry(out: &mut Vec<u8>, entry: &Entry) -> Result<usize, serde_json::Error> {
-    let mut payload = Vec::with_capacity(256);
-    payload.extend_from_slice(&log_id_bytes(&entry.log_id));
-    serde_json::to_writer(&mut payload, entry)?;
     let start = out.len();
-    record::encode_into(out, ENTRY, &payload);
+    record::encode_in_place(out, ENTRY, |payload| {
+        payload.extend_from_slice(&log_id_bytes(&entry.log_id));
+        serde_json::to_writer(&mut *payload, entry)
+    })?;
     Ok(out.len() - start)
 }
 

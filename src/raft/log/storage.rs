@@ -15,7 +15,7 @@ use openraft::{AnyError, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader};
 use parking_lot::{Mutex, RwLock};
 
 use super::error::LogError;
-use super::flush::{self, Done, Op, Queue};
+use super::flush::{self, BufferPool, Done, Op, Queue};
 use super::format::{self, segment_path};
 use super::io::{RealIo, SegmentIo};
 use super::preallocate::Preallocator;
@@ -59,6 +59,7 @@ pub(crate) struct Inner {
     pub segment_size: u64,
     pub state: Arc<RwLock<State>>,
     queue: Arc<Queue>,
+    pool: Arc<BufferPool>,
     prealloc: Preallocator,
     flush: Mutex<Option<JoinHandle<()>>>,
 }
@@ -98,12 +99,13 @@ impl LogStore {
             .map_err(|e| LogError::io(dir, e))?;
         let state = Arc::new(RwLock::new(state));
         let queue = Arc::new(Queue::default());
+        let pool = Arc::new(BufferPool::default());
         let thread = {
             let (queue, state, io) = (queue.clone(), state.clone(), config.io.clone());
-            let flush_dir = dir.to_path_buf();
+            let (flush_dir, pool) = (dir.to_path_buf(), pool.clone());
             std::thread::Builder::new()
                 .name("raft-log-flush".into())
-                .spawn(move || flush::run(queue, state, io, flush_dir))
+                .spawn(move || flush::run(queue, state, io, flush_dir, pool))
                 .map_err(|e| LogError::io(dir, e))?
         };
         let store = LogStore {
@@ -112,6 +114,7 @@ impl LogStore {
                 segment_size: config.segment_size,
                 state,
                 queue,
+                pool,
                 prealloc,
                 flush: Mutex::new(Some(thread)),
             }),
@@ -156,23 +159,30 @@ impl LogStore {
         }
         let mut ops = Vec::new();
         let mut run = self.current_run(&mut st);
-        let mut record = Vec::new();
         for entry in entries {
-            record.clear();
-            format::encode_entry(&mut record, &entry)
+            // Encoded straight into the bytes queued for the flush thread; only a record that
+            // has to move to the next segment is copied.
+            let start = run.bytes.len();
+            let len = format::encode_entry(&mut run.bytes, &entry)
                 .map_err(|e| LogError::Invalid(format!("encoding entry {}: {e}", entry.log_id)))?;
             let offset;
-            (run, offset) = self.place(&mut st, &mut ops, run, &record)?;
+            if st.write_offset + len as u64 <= st.active_capacity {
+                offset = st.write_offset;
+                st.write_offset += len as u64;
+            } else {
+                let record = run.bytes.split_off(start);
+                (run, offset) = self.place(&mut st, &mut ops, run, &record)?;
+            }
             let index = entry.log_id.index;
             st.slots.push_back(Slot {
                 log_id: entry.log_id,
                 seq: run.seq,
                 offset,
-                len: record.len() as u32,
+                len: len as u32,
                 wseq: run.wseq,
                 entry: Some(Box::new(entry)),
             });
-            st.cache_bytes += record.len();
+            st.cache_bytes += len;
             if let Some(info) = st.segments.get_mut(&run.seq) {
                 info.max_index = Some(info.max_index.map_or(index, |m| m.max(index)));
             }
@@ -315,7 +325,7 @@ impl LogStore {
             file,
             seq: st.active,
             offset: st.write_offset,
-            bytes: Vec::new(),
+            bytes: self.inner.pool.take(),
             wseq: st.next_wseq,
         }
     }
@@ -404,6 +414,7 @@ impl LogStore {
             return;
         };
         if run.bytes.is_empty() {
+            self.inner.pool.give_back(run.bytes);
             return;
         }
         ops.push(Op::Write {
