@@ -11,7 +11,6 @@ use std::time::Duration;
 use openraft::ServerState;
 use tokio_util::sync::CancellationToken;
 
-use super::member::Member;
 use super::membership;
 use super::node::ClusterNode;
 use super::writer::LeaderOnlyWriter;
@@ -82,12 +81,7 @@ fn up_to_date_ips(node: &ClusterNode) -> Vec<IpAddr> {
         if !m.voter || m.lag.is_some_and(|lag| lag > UP_TO_DATE_LAG) {
             continue;
         }
-        let member = Member {
-            name: m.name,
-            raft: m.raft,
-            api: m.api,
-        };
-        if let Some(ip) = host_ip(&member.api) {
+        if let Some(ip) = host_ip(&m.api) {
             if !ips.contains(&ip) {
                 ips.push(ip);
             }
