@@ -22,6 +22,9 @@ use super::member::Member;
 use super::peer::{PeerClient, PeerError};
 use crate::raft::types::{NodeId, TypeConfig};
 
+/// The status of a Raft RPC that reached a server with another node id.
+pub const MISDIRECTED: u16 = 421;
+
 /// The most bytes one AppendEntries request may carry.
 pub const APPEND_ENTRIES_CAP: usize = 512 << 10;
 
@@ -66,18 +69,25 @@ impl Peer {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        // The target's node id travels with every RPC: a server that took over the address of
+        // a removed member (a wiped server rejoining) refuses RPCs meant for the old identity,
+        // instead of looking like that member with its log gone.
+        let path = format!("{path}?target={}", self.target);
         let answer = self
             .client
             .send(
                 &self.addr,
                 http::Method::POST,
-                path,
+                &path,
                 bytes::Bytes::copy_from_slice(body),
                 timeout,
             )
             .await
             .map_err(|e| match e {
                 PeerError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+                PeerError::Status { status, .. } if status == MISDIRECTED => {
+                    RPCError::Unreachable(Unreachable::new(&e))
+                }
                 other => RPCError::Network(NetworkError::new(&other)),
             })?;
         let decoded: Result<Resp, RaftError<NodeId, E>> = serde_json::from_slice(&answer)

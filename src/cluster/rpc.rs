@@ -128,6 +128,12 @@ async fn handle(
         return Ok(reply(StatusCode::METHOD_NOT_ALLOWED, "POST only"));
     }
     let path = req.uri().path().to_string();
+    if path.starts_with("/raft/") && !addressed_to(&node, &req) {
+        return Ok(reply(
+            StatusCode::MISDIRECTED_REQUEST,
+            "this Raft RPC is addressed to another node id (a former member at this address)",
+        ));
+    }
     let response = match path.as_str() {
         raft_paths::APPEND => match body_of::<AppendEntriesRequest<TypeConfig>>(req).await {
             Ok(rpc) => {
@@ -182,6 +188,16 @@ async fn handle(
         _ => reply(StatusCode::NOT_FOUND, "no such endpoint"),
     };
     Ok(response)
+}
+
+/// Whether a Raft RPC's `target` query names this node.
+fn addressed_to(node: &ClusterNode, req: &Request<Incoming>) -> bool {
+    let target = req
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("target=")))
+        .and_then(|id| id.parse::<u64>().ok());
+    target == Some(node.id)
 }
 
 async fn leader_only<F, Fut>(node: &ClusterNode, change: F) -> MembershipReply
