@@ -183,56 +183,26 @@ impl PeerClient {
         body: Bytes,
         timeout: Duration,
     ) -> Result<Bytes, PeerError> {
-        let unreachable = |reason: String| PeerError::Unreachable {
-            addr: addr.to_string(),
-            reason,
-        };
         let request = Request::builder()
             .method(method)
             .uri(format!("https://{addr}{path}"))
             .header(header::CONTENT_TYPE, "application/json")
-            .header(
-                header::AUTHORIZATION,
-                format!("Bearer {}", self.secret.as_str()),
-            )
             .body(Full::new(body))
-            .map_err(|e| unreachable(format!("bad request: {e}")))?;
-        let exchange = async {
-            let response = self.client.request(request).await.map_err(|e| {
-                if e.is_connect() {
-                    unreachable(error_chain(&e))
-                } else {
-                    PeerError::Lost {
-                        addr: addr.to_string(),
-                        reason: error_chain(&e),
-                    }
-                }
-            })?;
-            let status = response.status();
-            let body = Limited::new(response.into_body(), MAX_RESPONSE)
-                .collect()
-                .await
-                .map_err(|e| PeerError::Lost {
-                    addr: addr.to_string(),
-                    reason: e.to_string(),
-                })?
-                .to_bytes();
-            if status.is_success() {
-                Ok(body)
-            } else {
-                Err(PeerError::Status {
-                    addr: addr.to_string(),
-                    status: status.as_u16(),
-                    message: String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
-                })
-            }
-        };
-        match tokio::time::timeout(timeout, exchange).await {
-            Ok(result) => result,
-            Err(_) => Err(PeerError::Lost {
+            .map_err(|e| PeerError::Unreachable {
                 addr: addr.to_string(),
-                reason: format!("timed out after {timeout:?}"),
-            }),
+                reason: format!("bad request: {e}"),
+            })?;
+        let answer = self.exchange(addr, request, timeout).await?;
+        let status = answer.status();
+        let body = answer.into_body();
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(PeerError::Status {
+                addr: addr.to_string(),
+                status: status.as_u16(),
+                message: String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
+            })
         }
     }
 }
