@@ -39,10 +39,6 @@ pub(crate) enum Op {
 #[derive(Default)]
 struct Pending {
     ops: Vec<Op>,
-    /// Whether any queued op needs the thread now (someone waits, or files go). Writes
-    /// nobody waits for (the committed id after every commit) ride along with the next
-    /// flush instead of waking the thread for a write of their own.
-    urgent: bool,
     shutdown: bool,
 }
 
@@ -54,18 +50,9 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
-    /// Queues ops; wakes the flush thread if one of them needs it now.
     pub fn push(&self, ops: Vec<Op>) {
-        let urgent = ops
-            .iter()
-            .any(|op| matches!(op, Op::Done(_) | Op::Unlink(_)));
-        let mut pending = self.pending.lock();
-        pending.ops.extend(ops);
-        if urgent {
-            pending.urgent = true;
-            drop(pending);
-            self.cv.notify_one();
-        }
+        self.pending.lock().ops.extend(ops);
+        self.cv.notify_one();
     }
 
     pub fn shutdown(&self) {
@@ -75,10 +62,9 @@ impl Queue {
 
     fn take(&self) -> Option<Vec<Op>> {
         let mut pending = self.pending.lock();
-        while !pending.urgent && !pending.shutdown {
+        while pending.ops.is_empty() && !pending.shutdown {
             self.cv.wait(&mut pending);
         }
-        pending.urgent = false;
         if pending.ops.is_empty() {
             return None;
         }

@@ -29,9 +29,7 @@
 //! # Durability
 //! `append` encodes the entries, makes them readable at once (an in-memory cache) and queues
 //! the bytes; one flush thread writes all queued bytes, calls `fdatasync` once per file and
-//! then completes the queued callbacks in order (group commit). Records nobody waits for
-//! (COMMITTED after every commit, TRUNCATE) do not wake the thread: they are written, in
-//! queue order, with the next flush someone does wait for. The previous segment is synced
+//! then completes the queued callbacks in order (group commit). The previous segment is synced
 //! before anything is written into the next one, so only the last segment can have a torn
 //! tail. A failed write or sync fails the log for good: no fsync is retried.
 //!
