@@ -62,6 +62,10 @@ pub struct ClusterNode {
     pub ca_pem: String,
     /// Client for forwarding from the API runtime (proposals, read indexes, joins).
     pub peers: PeerClient,
+    /// The last log index when this process started. openraft 0.9 restores a former leader as
+    /// leader at once, with a committed index read back from the log that may lag what it had
+    /// acknowledged; its reads must wait until it has applied everything it held (SPEC H5).
+    pub startup_last_log: Option<u64>,
     batcher: Batcher,
     heard: Mutex<Heard>,
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
@@ -134,7 +138,9 @@ impl ClusterNode {
         let peers = PeerClient::new(&config.ca_pem, config.secret.clone())
             .map_err(cluster_error("peer client"))?;
         let batcher = Batcher::start(Arc::new(raft.clone()), BatchLimits::default());
+        let startup_last_log = raft.metrics().borrow().last_log_index;
         Ok(Arc::new(ClusterNode {
+            startup_last_log,
             id,
             me: config.me,
             raft,
