@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::support::{bin, free_port, readyz, Api, READY_TIMEOUT};
+use super::support::{bin, free_port, readyz, terminate_child, Api, READY_TIMEOUT};
 
 /// One member process.
 pub struct Member {
@@ -329,21 +329,7 @@ impl Cluster {
 
     /// SIGTERMs member `i` and waits for it to exit.
     pub fn terminate(&mut self, i: usize) -> Option<std::process::ExitStatus> {
-        let mut child = self.members[i].child.take()?;
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Some(status);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        terminate_child(self.members[i].child.take()?)
     }
 
     /// Restarts member `i` on its data directory and waits until it is ready.

@@ -51,6 +51,8 @@ class Server:
         self.extra_args = list(extra_args)
         self.proc = None
         self.starts = 0
+        self.name = "pytest"
+        self.env = dict
 
     @property
     def kubeconfig(self):
@@ -70,8 +72,9 @@ class Server:
         log = open(self.log_path(), "wb")
         self.proc = subprocess.Popen(
             [litek8s_bin(), "apiserver", "--data-dir", str(self.data_dir),
-             "--listen", f"127.0.0.1:{self.port}", "--name", "pytest", *self.extra_args],
+             "--listen", f"127.0.0.1:{self.port}", "--name", self.name, *self.extra_args],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env()},
         )
         log.close()
         deadline = time.monotonic() + READY_TIMEOUT
@@ -135,34 +138,13 @@ def server(make_server):
 
 
 class ClusterMember(Server):
-    """One member of an HA cluster: `--cluster-init` for the first, `--server` for the rest."""
+    """One member of an HA cluster: `--cluster-init` for the first, `--server` for the rest.
+    `env` is called at each start (the join token exists only once the first member runs)."""
 
     def __init__(self, root, name, mode_args, env):
         super().__init__(root, ["--raft-port", str(free_port()), *mode_args])
         self.name = name
         self.env = env
-
-    def start(self):
-        assert self.proc is None, "already running"
-        self.starts += 1
-        log = open(self.log_path(), "wb")
-        self.proc = subprocess.Popen(
-            [litek8s_bin(), "apiserver", "--data-dir", str(self.data_dir),
-             "--listen", f"127.0.0.1:{self.port}", "--name", self.name, *self.extra_args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, **self.env()},
-        )
-        log.close()
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                code = self.proc.returncode
-                self.proc = None
-                raise RuntimeError(f"{self.name} exited with {code}:\n{self.logs()}")
-            if readyz(self.port) == 200:
-                return self
-            time.sleep(0.05)
-        raise RuntimeError(f"{self.name} not ready after {READY_TIMEOUT}s:\n{self.logs()}")
 
 
 class Cluster:

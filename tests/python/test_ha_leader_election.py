@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from test_leader_election import HANG_GUARD, intervals, leaders, read_events, wait_for
+from test_leader_election import intervals, leaders, overlaps, read_events, wait_for
 
 HERE = Path(__file__).resolve().parent
 RAFT_LEADER_KILLS = 3
@@ -52,9 +52,6 @@ def test_lease_election_survives_raft_leader_kills(cluster, tmp_path):
 
     events = read_events(logs.values())
     spans = intervals(events, ends)
-    overlaps = [
-        (a, b) for i, a in enumerate(spans) for b in spans[i + 1:]
-        if a[2] != b[2] and b[0] < a[1]
-    ]
     print(f"Raft leader kills: {kills}; leadership spans: {spans}")
-    assert not overlaps, f"two candidates led at once: {overlaps}\nevents: {events}"
+    clash = overlaps(spans)
+    assert not clash, f"two candidates led at once: {clash}\nevents: {events}"

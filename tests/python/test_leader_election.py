@@ -66,6 +66,14 @@ def intervals(events, ends):
     return sorted(out)
 
 
+def overlaps(spans):
+    """Pairs of leadership spans of different candidates that overlap in time."""
+    return [
+        (a, b) for i, a in enumerate(spans) for b in spans[i + 1:]
+        if a[2] != b[2] and b[0] < a[1]
+    ]
+
+
 def test_lease_leader_election_failover(server, tmp_path):
     names = ["cand-a", "cand-b", "cand-c"]
     logs = {n: tmp_path / f"{n}.log" for n in names}
@@ -125,9 +133,6 @@ def test_lease_leader_election_failover(server, tmp_path):
 
     events = read_events(logs.values())
     spans = intervals(events, ends)
-    overlaps = [
-        (a, b) for i, a in enumerate(spans) for b in spans[i + 1:]
-        if a[2] != b[2] and b[0] < a[1]
-    ]
-    assert not overlaps, f"two candidates led at once: {overlaps}\nevents: {events}"
+    clash = overlaps(spans)
+    assert not clash, f"two candidates led at once: {clash}\nevents: {events}"
     assert sum(1 for s in spans if s[2] == successor) >= 1

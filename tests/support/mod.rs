@@ -21,6 +21,25 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream as TokioTcpStream;
 use tokio_rustls::TlsConnector;
 
+/// SIGTERMs `child` and waits for it to exit (up to 30 s, then SIGKILL); `None` if it had to
+/// be killed.
+pub fn terminate_child(mut child: Child) -> Option<ExitStatus> {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The binary under test: the one cargo built for this test, else `$LITEK8S_BIN` (the
 /// benchmark, an example, passes the release binary that way).
 pub fn bin() -> PathBuf {
@@ -166,21 +185,7 @@ impl Server {
 
     /// SIGTERMs the process and waits for it to exit (up to 30 s, then SIGKILL).
     pub fn terminate(&mut self) -> Option<ExitStatus> {
-        let mut child = self.child.take()?;
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Some(status);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        terminate_child(self.child.take()?)
     }
 
     /// Whether the process is still running.
