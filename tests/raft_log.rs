@@ -484,3 +484,96 @@ async fn snapshot_is_point_in_time_and_installs_identically() {
     assert_eq!(dump(&store_c), expected);
     assert_eq!(sm_c.applied_state().await.unwrap().0, Some(log_id(1, 50)));
 }
+
+/// SPEC H4: a proposal sent again under the same (session, seq) applies once, on every member:
+/// the session table travels in snapshots, so a member that installs one answers a late copy
+/// from it instead of applying it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_proposal_applies_once_even_across_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::new(StoreConfig::default()));
+    let mut sm = StateMachine::open(&dir.path().join("a"), store.clone()).unwrap();
+    let in_session = |seq: u64| Proposal {
+        mutation: mutation(1000 + seq, 50),
+        session: Some(77),
+        seq: Some(seq),
+        acked: Some(0),
+    };
+    let first = sm
+        .apply(vec![normal(
+            1,
+            Batch {
+                proposals: vec![in_session(1)],
+            },
+        )])
+        .await
+        .unwrap();
+    let rv = match &first[0].results[0] {
+        Ok(applied) => applied.resource_version,
+        Err(e) => panic!("first copy refused: {e}"),
+    };
+    // The copy (answer lost, sent again) is answered with the first result.
+    let copy = sm
+        .apply(vec![normal(
+            2,
+            Batch {
+                proposals: vec![in_session(1)],
+            },
+        )])
+        .await
+        .unwrap();
+    match &copy[0].results[0] {
+        Ok(applied) => assert_eq!(applied.resource_version, rv),
+        Err(e) => panic!("copy answered with an error: {e}"),
+    }
+    assert_eq!(store.resource_version(), rv, "the copy must not apply");
+
+    // A fresh member installing a snapshot taken now answers a later copy the same way.
+    let mut builder = sm.get_snapshot_builder().await;
+    let snap = builder.build_snapshot().await.unwrap();
+    let store_b = Arc::new(Store::new(StoreConfig::default()));
+    let mut sm_b = StateMachine::open(&dir.path().join("b"), store_b.clone()).unwrap();
+    sm_b.install_snapshot(&snap.meta, snap.snapshot)
+        .await
+        .unwrap();
+    for machine in [&mut sm, &mut sm_b] {
+        let late = machine
+            .apply(vec![normal(
+                3,
+                Batch {
+                    proposals: vec![in_session(1)],
+                },
+            )])
+            .await
+            .unwrap();
+        assert!(matches!(&late[0].results[0], Ok(a) if a.resource_version == rv));
+    }
+    assert_eq!(dump(&store_b), dump(&store));
+    assert_eq!(store_b.resource_version(), rv);
+
+    // Once acknowledged, the result is forgotten and a very late copy applies nothing.
+    let next = Proposal {
+        acked: Some(1),
+        ..in_session(2)
+    };
+    sm.apply(vec![normal(
+        4,
+        Batch {
+            proposals: vec![next],
+        },
+    )])
+    .await
+    .unwrap();
+    let before = store.resource_version();
+    let stale = sm
+        .apply(vec![normal(
+            5,
+            Batch {
+                proposals: vec![in_session(1)],
+            },
+        )])
+        .await
+        .unwrap();
+    assert!(stale[0].results[0].is_err());
+    assert_eq!(store.resource_version(), before);
+}

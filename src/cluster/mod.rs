@@ -12,9 +12,11 @@
 //!   writes: proposals forwarded to the leader);
 //!   [`reads`]: the ReadIndex barrier.
 //! - [`membership`]: joins, promotion and removal on the leader; [`member`]: identities.
-//! - [`handoff`]: a stopping leader's handoff to a successor;
+//! - [`handoff`]: a stopping leader's handoff to a successor; [`crash_watch`]: followers
+//!   campaign as soon as a crashed leader's lease is over;
 //! - [`leader`]: leader-only loops; [`endpoints`]: the cluster endpoints of the API port.
 
+pub mod crash_watch;
 pub mod endpoints;
 pub mod forward;
 pub mod handoff;

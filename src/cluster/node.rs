@@ -217,6 +217,11 @@ impl ClusterNode {
         }
     }
 
+    /// When this member last heard from a leader (AppendEntries, heartbeats included).
+    pub fn heard_at(&self) -> Option<Instant> {
+        self.heard.lock().at
+    }
+
     /// SPEC H12 readiness: a leader is known, this member has applied up to the commit index
     /// it learned, and it heard from the leader (or, leading, from a quorum) within the
     /// isolation window. `Err` says why not.

@@ -31,10 +31,17 @@ pub mod api_paths {
     pub const REMOVE: &str = "/litek8s/v1/remove";
 }
 
-/// A follower's own write, forwarded to the leader.
+/// A follower's own write, forwarded to the leader, with the follower's client session
+/// (`raft::sessions`): a retried copy applies once.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProposeRequest {
     pub mutation: Mutation,
+    #[serde(default)]
+    pub session: Option<u64>,
+    #[serde(default)]
+    pub seq: Option<u64>,
+    #[serde(default)]
+    pub acked: Option<u64>,
 }
 
 /// The leader's answer to a forwarded proposal.

@@ -219,7 +219,13 @@ pub async fn propose(node: &ClusterNode, request: ProposeRequest) -> ProposeRepl
     if node.leadership() != Leadership::Me {
         return ProposeReply::NotLeader;
     }
-    match node.propose_here(Proposal::new(request.mutation)).await {
+    if failpoint_lose_reply() {
+        // Test fault: the proposal is committed and applied, but its answer is lost.
+        tracing::warn!("failpoint: losing the answer to a forwarded proposal");
+        let _ = node.propose_here(proposal_of(request)).await;
+        return ProposeReply::Failed("failpoint: reply lost".into());
+    }
+    match node.propose_here(proposal_of(request)).await {
         Ok(applied) => match applied.object {
             Some(object) => ProposeReply::Applied {
                 resource_version: applied.resource_version,
@@ -232,6 +238,35 @@ pub async fn propose(node: &ClusterNode, request: ProposeRequest) -> ProposeRepl
         Err(ProposeError::NotLeader) => ProposeReply::NotLeader,
         Err(e) => ProposeReply::Failed(e.to_string()),
     }
+}
+
+fn proposal_of(request: ProposeRequest) -> Proposal {
+    Proposal {
+        mutation: request.mutation,
+        session: request.session,
+        seq: request.seq,
+        acked: request.acked,
+    }
+}
+
+/// `LITEK8S_FAILPOINT_LOSE_PROPOSE_REPLIES=N`: the first N forwarded proposals this process
+/// answers as leader are applied but answered as failed (the answer "lost"), for the tests of
+/// retried proposals. Unset in production.
+fn failpoint_lose_reply() -> bool {
+    static LEFT: std::sync::OnceLock<std::sync::atomic::AtomicU64> = std::sync::OnceLock::new();
+    let left = LEFT.get_or_init(|| {
+        let n = std::env::var("LITEK8S_FAILPOINT_LOSE_PROPOSE_REPLIES")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        std::sync::atomic::AtomicU64::new(n)
+    });
+    left.fetch_update(
+        std::sync::atomic::Ordering::Relaxed,
+        std::sync::atomic::Ordering::Relaxed,
+        |n| n.checked_sub(1),
+    )
+    .is_ok()
 }
 
 /// The leader's read index (SPEC H5): confirms leadership with a heartbeat round.

@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use super::crash_watch;
 use super::endpoints::ClusterEndpoints;
 use super::join;
 use super::member::{new_node_id, ClusterDir, Identity, Member};
@@ -175,7 +176,11 @@ fn write_first_snapshot(
         last_membership: StoredMembership::new(Some(first), membership),
         snapshot_id: format!("cluster-init-{node_id}"),
     };
-    let bytes = snapshot::encode(&meta, &imported.snapshot());
+    let bytes = snapshot::encode(
+        &meta,
+        &crate::raft::sessions::Sessions::default(),
+        &imported.snapshot(),
+    );
     std::fs::create_dir_all(dir.snapshot()).map_err(ServerError::io(dir.snapshot()))?;
     SnapshotFile::new(&dir.snapshot())
         .save(&bytes)
@@ -317,6 +322,7 @@ pub async fn start(inputs: StartInputs<'_>) -> Result<Started, ServerError> {
         let _guard = runtime.enter();
         let tcp = TcpListener::from_std(raft_tcp).map_err(ServerError::io("raft listener"))?;
         runtime.spawn(rpc::serve(node.clone(), tcp, tls, shutdown.clone()));
+        runtime.spawn(crash_watch::watch_leader(node.clone(), shutdown.clone()));
     }
     tracing::info!(raft = %me.raft, node_id = identity.node_id, "Raft listener up");
 
@@ -355,12 +361,8 @@ pub fn api_context(
     store: Arc<Store>,
     settings: crate::api::ApiSettings,
 ) -> ApiContext {
-    ApiContext::new(
-        store,
-        Arc::new(ClusterWriter { node: node.clone() }),
-        settings,
-    )
-    .with_reads(Arc::new(ReadIndexBarrier::start(node.clone())))
+    ApiContext::new(store, Arc::new(ClusterWriter::new(node.clone())), settings)
+        .with_reads(Arc::new(ReadIndexBarrier::start(node.clone())))
 }
 
 /// Keeps `/readyz` and sd_notify in step with the Raft state (SPEC H12) until `shutdown`.

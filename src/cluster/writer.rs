@@ -2,13 +2,20 @@
 //! into the Raft log; on a follower it is forwarded to the leader as a proposal, and the
 //! answer waits until this member has applied it (read-your-writes through one server).
 //!
-//! Retries only happen when the attempt certainly had no effect (no leader known, the target
-//! said it does not lead, the target was unreachable); an attempt whose fate is unknown is a
-//! 504 that "may or may not have been applied" (SPEC H11). `LeaderOnlyWriter` never forwards:
-//! leader-only loops (SPEC H6) must fail once their server stops leading.
+//! A forwarded proposal carries this server's client session and a sequence number (SPEC H4,
+//! `raft::sessions`), so an attempt whose answer was lost (the leader died or the connection
+//! broke after it proposed) is sent again, to whoever leads then, and applies once. Local
+//! proposals on the leader carry no session: they are retried only when the attempt certainly
+//! had no effect (the batcher found this server no longer leading before proposing). After
+//! 15 s without an answer the write is a 504 that "may or may not have been applied"
+//! (SPEC H11). `LeaderOnlyWriter` never forwards: leader-only loops (SPEC H6) must fail once
+//! their server stops leading.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use tokio::time::Instant;
 
@@ -32,6 +39,54 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// The writer of API handlers on a cluster member.
 pub struct ClusterWriter {
     pub node: Arc<ClusterNode>,
+    session: ClientSession,
+}
+
+/// This server's client session: a random id drawn at start, the next sequence number and
+/// the proposals still waiting for their answer.
+struct ClientSession {
+    id: u64,
+    state: Mutex<SessionState>,
+}
+
+#[derive(Default)]
+struct SessionState {
+    next_seq: u64,
+    waiting: BTreeSet<u64>,
+}
+
+impl ClientSession {
+    fn new() -> ClientSession {
+        ClientSession {
+            id: rand::random::<u64>() >> 1,
+            state: Mutex::new(SessionState {
+                next_seq: 1,
+                waiting: BTreeSet::new(),
+            }),
+        }
+    }
+
+    /// Takes the next sequence number; it waits until [`ClientSession::answered`].
+    fn start(&self) -> u64 {
+        let mut state = self.state.lock();
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        state.waiting.insert(seq);
+        seq
+    }
+
+    /// Every seq below the oldest one still waiting has its answer.
+    fn acked(&self) -> u64 {
+        let state = self.state.lock();
+        match state.waiting.first() {
+            Some(oldest) => oldest - 1,
+            None => state.next_seq - 1,
+        }
+    }
+
+    fn answered(&self, seq: u64) {
+        self.state.lock().waiting.remove(&seq);
+    }
 }
 
 /// The writer of leader-only loops: proposes locally or fails.
@@ -77,8 +132,30 @@ impl Writer for ClusterWriter {
 }
 
 impl ClusterWriter {
+    pub fn new(node: Arc<ClusterNode>) -> ClusterWriter {
+        ClusterWriter {
+            node,
+            session: ClientSession::new(),
+        }
+    }
+
     async fn write_with_retries(&self, mutation: Mutation) -> Result<ObjectRef, WriteError> {
         let deadline = Instant::now() + NO_LEADER_TIMEOUT;
+        // Taken at the first forwarded attempt and kept by every retry of it.
+        let mut seq: Option<u64> = None;
+        let result = self.attempts(&mutation, deadline, &mut seq).await;
+        if let Some(seq) = seq {
+            self.session.answered(seq);
+        }
+        result
+    }
+
+    async fn attempts(
+        &self,
+        mutation: &Mutation,
+        deadline: Instant,
+        seq: &mut Option<u64>,
+    ) -> Result<ObjectRef, WriteError> {
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
@@ -86,7 +163,7 @@ impl ClusterWriter {
             }
             match self.node.wait_for_leader(remaining).await {
                 Leadership::Unknown => return Err(WriteError::Timeout),
-                Leadership::Me => {
+                Leadership::Me if seq.is_none() => {
                     match self
                         .node
                         .propose_here(Proposal::new(mutation.clone()))
@@ -101,10 +178,28 @@ impl ClusterWriter {
                         Err(e) => return Err(from_propose(e)),
                     }
                 }
+                // A retry of a forwarded proposal keeps its session even if this server now
+                // leads, so that the copy already in the log is recognised.
+                Leadership::Me => {
+                    let proposal = self.session_proposal(mutation, seq);
+                    match self.node.propose_here(proposal).await {
+                        Ok(applied) => {
+                            return applied.object.ok_or_else(|| {
+                                WriteError::Unavailable("applied without an object".into())
+                            })
+                        }
+                        Err(ProposeError::Rejected(e)) => return Err(WriteError::Rejected(e)),
+                        Err(ProposeError::Stopped) => {
+                            return Err(from_propose(ProposeError::Stopped))
+                        }
+                        Err(e) => tracing::debug!("proposal of a retried write: {e}; retrying"),
+                    }
+                }
                 Leadership::Other { member, .. } => {
-                    match self.forward(&member.raft, &mutation, deadline).await {
+                    let proposal = self.session_proposal(mutation, seq);
+                    match self.forward(&member.raft, proposal, deadline).await {
                         Attempt::Done(result) => return result,
-                        Attempt::NoEffect => {}
+                        Attempt::Retry => {}
                     }
                 }
             }
@@ -112,9 +207,23 @@ impl ClusterWriter {
         }
     }
 
-    async fn forward(&self, leader: &str, mutation: &Mutation, deadline: Instant) -> Attempt {
-        let request = ProposeRequest {
+    /// The proposal of `mutation` in this server's session, taking a seq on the first try.
+    fn session_proposal(&self, mutation: &Mutation, seq: &mut Option<u64>) -> Proposal {
+        let seq = *seq.get_or_insert_with(|| self.session.start());
+        Proposal {
             mutation: mutation.clone(),
+            session: Some(self.session.id),
+            seq: Some(seq),
+            acked: Some(self.session.acked()),
+        }
+    }
+
+    async fn forward(&self, leader: &str, proposal: Proposal, deadline: Instant) -> Attempt {
+        let request = ProposeRequest {
+            mutation: proposal.mutation,
+            session: proposal.session,
+            seq: proposal.seq,
+            acked: proposal.acked,
         };
         let reply: Result<ProposeReply, PeerError> = self
             .node
@@ -147,15 +256,15 @@ impl ClusterWriter {
                 )
             }
             Ok(ProposeReply::Rejected(e)) => Attempt::Done(Err(WriteError::Rejected(e))),
-            Ok(ProposeReply::NotLeader) => Attempt::NoEffect,
+            Ok(ProposeReply::NotLeader) | Err(PeerError::Unreachable { .. }) => Attempt::Retry,
+            // The outcome is unknown: the session makes sending it again safe.
             Ok(ProposeReply::Failed(reason)) => {
-                tracing::warn!(%leader, "forwarded write failed: {reason}");
-                Attempt::Done(Err(WriteError::Timeout))
+                tracing::info!(%leader, "forwarded write: {reason}; sending it again");
+                Attempt::Retry
             }
-            Err(PeerError::Unreachable { .. }) => Attempt::NoEffect,
             Err(e) => {
-                tracing::warn!(%leader, "forwarded write: {e}");
-                Attempt::Done(Err(WriteError::Timeout))
+                tracing::info!(%leader, "forwarded write: {e}; sending it again");
+                Attempt::Retry
             }
         }
     }
@@ -163,5 +272,6 @@ impl ClusterWriter {
 
 enum Attempt {
     Done(Result<ObjectRef, WriteError>),
-    NoEffect,
+    /// No answer: send the same proposal again (to whoever leads by then).
+    Retry,
 }

@@ -4,6 +4,7 @@
 
 pub mod batcher;
 pub mod log;
+pub mod sessions;
 pub mod snapshot;
 pub mod state_machine;
 pub mod types;

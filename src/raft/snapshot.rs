@@ -6,6 +6,8 @@
 //!
 //! ```text
 //! record type 22  SNAPSHOT_META     JSON of openraft's SnapshotMeta (last log id, membership, id)
+//! record type 23  SESSIONS          JSON of the client-session table (`raft::sessions`);
+//!                                   absent when the table is empty
 //! record type 1   CHECKPOINT_HEADER ...                 (kube::checkpoint)
 //! record type 2   OBJECT            ... × COUNT
 //! record type 4   CHECKPOINT_END    ...
@@ -16,11 +18,13 @@ use std::path::{Path, PathBuf};
 
 use crate::kube::checkpoint::{self, Checkpoint};
 use crate::kube::store::StoreSnapshot;
+use crate::raft::sessions::Sessions;
 use crate::raft::types::NodeId;
 use crate::storage::fsutil::write_atomic;
-use crate::storage::record::{self, Decoded};
+use crate::storage::record::{self, Decoded as Record};
 
 pub const SNAPSHOT_META: u8 = 22;
+pub const SESSIONS: u8 = 23;
 /// Take a snapshot after this many entries since the last one.
 pub const SNAPSHOT_EVERY: u64 = 20_000;
 /// Entries kept in the log before a snapshot's last index (for lagging followers).
@@ -43,20 +47,31 @@ pub enum SnapshotError {
     Corrupt { offset: usize, reason: String },
 }
 
-/// Encodes `meta` and the store view into a snapshot.
-pub fn encode(meta: &SnapshotMeta, store: &StoreSnapshot) -> Vec<u8> {
+/// Encodes `meta`, the session table and the store view into a snapshot.
+pub fn encode(meta: &SnapshotMeta, sessions: &Sessions, store: &StoreSnapshot) -> Vec<u8> {
     let mut out = Vec::new();
     let json = serde_json::to_vec(meta).unwrap_or_default();
     record::encode_into(&mut out, SNAPSHOT_META, &json);
+    if !sessions.is_empty() {
+        let json = serde_json::to_vec(sessions).unwrap_or_default();
+        record::encode_into(&mut out, SESSIONS, &json);
+    }
     checkpoint::encode(store, &mut out);
     out
 }
 
+/// A decoded snapshot.
+pub struct Decoded {
+    pub meta: SnapshotMeta,
+    pub sessions: Sessions,
+    pub checkpoint: Checkpoint,
+}
+
 /// Decodes a whole snapshot.
-pub fn decode(buf: &[u8]) -> Result<(SnapshotMeta, Checkpoint), SnapshotError> {
+pub fn decode(buf: &[u8]) -> Result<Decoded, SnapshotError> {
     let corrupt = |offset: usize, reason: String| SnapshotError::Corrupt { offset, reason };
     let (meta, next) = match record::decode_at(buf, 0) {
-        Decoded::Record {
+        Record::Record {
             record_type: SNAPSHOT_META,
             payload,
             next,
@@ -65,14 +80,26 @@ pub fn decode(buf: &[u8]) -> Result<(SnapshotMeta, Checkpoint), SnapshotError> {
                 .map_err(|e| corrupt(0, format!("bad snapshot meta: {e}")))?;
             (meta, next)
         }
-        Decoded::Record { record_type, .. } => {
+        Record::Record { record_type, .. } => {
             return Err(corrupt(
                 0,
                 format!("expected snapshot meta, found type {record_type}"),
             ))
         }
-        Decoded::End => return Err(corrupt(0, "empty snapshot".into())),
-        Decoded::Invalid(e) => return Err(corrupt(0, e.to_string())),
+        Record::End => return Err(corrupt(0, "empty snapshot".into())),
+        Record::Invalid(e) => return Err(corrupt(0, e.to_string())),
+    };
+    let (sessions, next) = match record::decode_at(buf, next) {
+        Record::Record {
+            record_type: SESSIONS,
+            payload,
+            next: after,
+        } => {
+            let sessions: Sessions = serde_json::from_slice(payload)
+                .map_err(|e| corrupt(next, format!("bad session table: {e}")))?;
+            (sessions, after)
+        }
+        _ => (Sessions::default(), next),
     };
     let checkpoint = checkpoint::decode(buf, next).map_err(|e| match e {
         checkpoint::CheckpointError::Corrupt { offset, reason } => corrupt(offset, reason),
@@ -83,7 +110,11 @@ pub fn decode(buf: &[u8]) -> Result<(SnapshotMeta, Checkpoint), SnapshotError> {
             "trailing bytes after the snapshot".into(),
         ));
     }
-    Ok((meta, checkpoint))
+    Ok(Decoded {
+        meta,
+        sessions,
+        checkpoint,
+    })
 }
 
 /// The file holding the latest snapshot.

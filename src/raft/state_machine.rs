@@ -1,6 +1,7 @@
 //! The Raft state machine: applies committed Batches to the `kube::store::Store`, builds
 //! snapshots from an O(1) frozen view of the store (so building never blocks applying), and
-//! installs snapshots from the leader by replacing the store atomically.
+//! installs snapshots from the leader by replacing the store atomically. Proposals carrying a
+//! client session pass `raft::sessions` first, so a retried copy applies once.
 
 use std::io::Cursor;
 use std::path::Path;
@@ -14,9 +15,14 @@ use openraft::{
 };
 use parking_lot::Mutex;
 
+use crate::kube::mutation::ApplyError;
+use crate::kube::object::ObjectRef;
 use crate::kube::store::{Store, StoreSnapshot};
+use crate::raft::sessions::{Decision, Sessions};
 use crate::raft::snapshot::{self, SnapshotError, SnapshotFile, SnapshotMeta};
-use crate::raft::types::{Applied, BatchResponse, Entry, LogId, NodeId, StorageError, TypeConfig};
+use crate::raft::types::{
+    Applied, Batch, BatchResponse, Entry, LogId, NodeId, StorageError, TypeConfig,
+};
 
 type Membership = StoredMembership<NodeId, openraft::BasicNode>;
 
@@ -37,6 +43,7 @@ pub struct StateMachine {
     store: Arc<Store>,
     last_applied: Option<LogId>,
     membership: Membership,
+    sessions: Sessions,
     shared: Arc<Shared>,
 }
 
@@ -59,6 +66,7 @@ impl StateMachine {
             store,
             last_applied: None,
             membership: Membership::default(),
+            sessions: Sessions::default(),
             shared: Arc::new(Shared {
                 file: file.clone(),
                 current: Mutex::new(None),
@@ -66,9 +74,14 @@ impl StateMachine {
             }),
         };
         if let Some(bytes) = file.load()? {
-            let (meta, checkpoint) = snapshot::decode(&bytes)?;
+            let snapshot::Decoded {
+                meta,
+                sessions,
+                checkpoint,
+            } = snapshot::decode(&bytes)?;
             sm.store
                 .restore(checkpoint.resource_version, checkpoint.objects);
+            sm.sessions = sessions;
             sm.last_applied = meta.last_log_id;
             sm.membership = meta.last_membership.clone();
             *sm.shared.current.lock() = Some(Current {
@@ -87,20 +100,7 @@ impl StateMachine {
         self.last_applied = Some(entry.log_id);
         match entry.payload {
             EntryPayload::Blank => BatchResponse::default(),
-            EntryPayload::Normal(batch) => {
-                let results = self
-                    .store
-                    .apply_batch(batch.proposals.into_iter().map(|p| p.mutation))
-                    .into_iter()
-                    .map(|r| {
-                        r.map(|object| Applied {
-                            resource_version: object.resource_version,
-                            object: Some(object),
-                        })
-                    })
-                    .collect();
-                BatchResponse { results }
-            }
+            EntryPayload::Normal(batch) => self.apply_batch(entry.log_id.index, batch),
             EntryPayload::Membership(membership) => {
                 self.membership = Membership::new(Some(entry.log_id), membership);
                 BatchResponse::default()
@@ -109,9 +109,66 @@ impl StateMachine {
     }
 }
 
+impl StateMachine {
+    /// Applies a batch: proposals a session already had applied are answered from the session
+    /// table, the others go to the store in one locked pass.
+    fn apply_batch(&mut self, index: u64, batch: Batch) -> BatchResponse {
+        let has_sessions = batch.proposals.iter().any(|p| p.session.is_some());
+        if !has_sessions {
+            let results = self
+                .store
+                .apply_batch(batch.proposals.into_iter().map(|p| p.mutation))
+                .into_iter()
+                .map(applied)
+                .collect();
+            return BatchResponse { results };
+        }
+        let mut results: Vec<Option<Result<Applied, ApplyError>>> =
+            Vec::with_capacity(batch.proposals.len());
+        let mut to_apply = Vec::new();
+        for proposal in &batch.proposals {
+            match self.sessions.decide(index, proposal) {
+                Decision::Answer(result) => results.push(Some(result)),
+                Decision::Apply => {
+                    results.push(None);
+                    to_apply.push(proposal.mutation.clone());
+                }
+            }
+        }
+        let mut fresh = self.store.apply_batch(to_apply).into_iter().map(applied);
+        let results = batch
+            .proposals
+            .iter()
+            .zip(results)
+            .map(|(proposal, decided)| match decided {
+                Some(result) => result,
+                None => {
+                    let result = fresh.next().unwrap_or_else(|| {
+                        Err(ApplyError::Invalid {
+                            key: proposal.mutation.key().clone(),
+                            reason: "the store returned fewer results than mutations".into(),
+                        })
+                    });
+                    self.sessions.remember(proposal, &result);
+                    result
+                }
+            })
+            .collect();
+        BatchResponse { results }
+    }
+}
+
+fn applied(result: Result<ObjectRef, ApplyError>) -> Result<Applied, ApplyError> {
+    result.map(|object| Applied {
+        resource_version: object.resource_version,
+        object: Some(object),
+    })
+}
+
 /// Builds one snapshot from the frozen view taken when it was created.
 pub struct SnapshotBuilder {
     view: StoreSnapshot,
+    sessions: Sessions,
     last_applied: Option<LogId>,
     membership: Membership,
     shared: Arc<Shared>,
@@ -133,12 +190,13 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             snapshot_id,
         };
         let view = self.view.clone();
+        let sessions = self.sessions.clone();
         let shared = self.shared.clone();
         let task_meta = meta.clone();
         // Encoding and writing a large store is blocking work; it runs on a blocking thread
         // while the state machine keeps applying.
         let data = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, SnapshotError> {
-            let data = snapshot::encode(&task_meta, &view);
+            let data = snapshot::encode(&task_meta, &sessions, &view);
             let mut current = shared.current.lock();
             // A snapshot installed or built meanwhile may be newer: never go backwards.
             if current
@@ -184,6 +242,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // entries apply.
         SnapshotBuilder {
             view: self.store.snapshot(),
+            sessions: self.sessions.clone(),
             last_applied: self.last_applied,
             membership: self.membership.clone(),
             shared: self.shared.clone(),
@@ -200,8 +259,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let (embedded, checkpoint) =
-            snapshot::decode(&data).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
+        let snapshot::Decoded {
+            meta: embedded,
+            sessions,
+            checkpoint,
+        } = snapshot::decode(&data).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
         if embedded.last_log_id != meta.last_log_id {
             let e = SnapshotError::Corrupt {
                 offset: 0,
@@ -226,6 +288,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         self.store
             .restore(checkpoint.resource_version, checkpoint.objects);
+        self.sessions = sessions;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         Ok(())

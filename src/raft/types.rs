@@ -39,8 +39,8 @@ pub struct Batch {
     pub proposals: Vec<Proposal>,
 }
 
-/// One Mutation as proposed, with room for the client-session id that makes retries
-/// idempotent (used by the HA work; absent today).
+/// One Mutation as proposed. A follower's own writes carry its client session, so that a
+/// retried copy applies once (`raft::sessions`); the leader's own writes carry none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Proposal {
     pub mutation: Mutation,
@@ -48,6 +48,9 @@ pub struct Proposal {
     pub session: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
+    /// The proposer has the answers of every seq up to this one: they may be forgotten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acked: Option<u64>,
 }
 
 impl Proposal {
@@ -56,6 +59,7 @@ impl Proposal {
             mutation,
             session: None,
             seq: None,
+            acked: None,
         }
     }
 }

@@ -168,6 +168,11 @@ impl Cluster {
         i
     }
 
+    /// Everything member `i` logged, over all its starts.
+    pub fn logs(&self, i: usize) -> String {
+        self.members[i].logs()
+    }
+
     /// Makes member `i` join through member `via` from now on.
     pub fn join_via(&mut self, i: usize, via: usize) {
         self.members[i].mode_args = vec!["--server".to_string(), self.url(via)];
