@@ -157,7 +157,7 @@ fn column_sets_match_kube_apiserver() {
 }
 
 #[test]
-fn unknown_kind_gets_name_and_age() {
+fn unknown_kind_gets_name_and_created_at() {
     let fake = ResourceInfo {
         group: "example.com",
         version: "v1",
@@ -171,14 +171,14 @@ fn unknown_kind_gets_name_and_age() {
         tracks_generation: true,
         selectable_fields: &[],
     };
-    assert_eq!(normal(&fake), ["NAME", "AGE"]);
+    assert_eq!(normal(&fake), ["NAME", "CREATED AT"]);
     let row = cells(
         &fake,
-        json!({"metadata": {"name": "w", "creationTimestamp": created(Duration::seconds(150))}}),
+        json!({"metadata": {"name": "w", "creationTimestamp": "2026-01-10T11:57:30Z"}}),
     );
-    assert_eq!(row, [json!("w"), json!("2m30s")]);
+    assert_eq!(row, [json!("w"), json!("2026-01-10T11:57:30Z")]);
     let row = cells(&fake, json!({"metadata": {"name": "w"}}));
-    assert_eq!(row[1], "<unknown>");
+    assert_eq!(row[1], "0001-01-01T00:00:00Z");
 }
 
 #[test]
