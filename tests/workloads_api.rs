@@ -33,8 +33,20 @@ fn template(labels: Value) -> Value {
            "spec": {"containers": [{"name": "c", "image": "nginx:1.25"}]}})
 }
 
-/// (collection path, minimal manifest, pointer → expected value after defaulting).
-fn kinds() -> Vec<(String, Value, Vec<(&'static str, Value)>)> {
+/// A collection path, a minimal manifest, and (pointer, expected value) after defaulting.
+type KindCase = (String, Value, Vec<(&'static str, Value)>);
+
+/// An invalid write: name, method, path, body, expected code and the fields of the causes.
+type InvalidCase = (
+    &'static str,
+    &'static str,
+    String,
+    Value,
+    u16,
+    Vec<&'static str>,
+);
+
+fn kinds() -> Vec<KindCase> {
     let apps = format!("/apis/apps/v1/namespaces/{NS}");
     let core = format!("/api/v1/namespaces/{NS}");
     let sel = json!({"matchLabels": {"app": "w"}});
@@ -400,7 +412,7 @@ async fn kinds_defaults_subresources_and_validation() {
     assert_eq!(status["spec"]["replicas"], 2);
 
     // Invalid writes: code, reason and the fields named in the causes.
-    let cases: Vec<(&str, &str, String, Value, u16, Vec<&str>)> = vec![
+    let cases: Vec<InvalidCase> = vec![
         (
             "selector mismatch",
             "POST",

@@ -72,9 +72,10 @@ pub fn prepare<'a>(
     old: Option<&Value>,
     object: &mut Value,
 ) -> Result<Reservations<'a>, ApiError> {
-    let mut held = Reservations::default();
-    held._cluster_ip = cluster_ip(ctx, info, &key.name, old, object)?;
-    held._node_ports = node_ports(ctx, info, key, old, object)?;
+    let held = Reservations {
+        _cluster_ip: cluster_ip(ctx, info, &key.name, old, object)?,
+        _node_ports: node_ports(ctx, info, key, old, object)?,
+    };
     if old.is_none() {
         object["status"] = json!({"loadBalancer": {}});
     }

@@ -333,10 +333,10 @@ fn cronjob(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
         Some(v) if !v.is_null() => since(Some(v), now),
         _ => "<none>".into(),
     };
-    let time_zone = match obj.pointer("/spec/timeZone").and_then(Value::as_str) {
-        Some(tz) => tz,
-        None => "<none>",
-    };
+    let time_zone = obj
+        .pointer("/spec/timeZone")
+        .and_then(Value::as_str)
+        .unwrap_or("<none>");
     let suspend = match obj.pointer("/spec/suspend").and_then(Value::as_bool) {
         Some(true) => "True",
         Some(false) => "False",
