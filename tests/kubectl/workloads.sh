@@ -129,6 +129,8 @@ out=$(printf 'apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: bad\nspe
 expect_grep "$T selector mismatch is Invalid" 'The Deployment "bad" is invalid: spec.template.metadata.labels: Invalid value: map\[string\]string\{"app":"b"\}: `selector` does not match template `labels`' "$out"
 out=$(k patch deployment web --type=merge -p '{"spec":{"selector":{"matchLabels":{"app":"z"}},"template":{"metadata":{"labels":{"app":"z"}}}}}')
 expect_grep "$T the selector is immutable" 'spec.selector: Invalid value: .*field is immutable' "$out"
+out=$(printf 'apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: typo\nspec:\n  replica: 2\n  selector:\n    matchLabels: {app: a}\n  template:\n    metadata:\n      labels: {app: a}\n    spec:\n      containers: [{name: c, image: nginx}]\n' | k create -f -)
+expect_grep "$T an unknown field is refused (strict field validation)" 'unknown field "spec.replica"' "$out"
 out=$(k create job j --image=busybox)
 expect_grep "$T create job" '^job.batch/j created' "$out"
 out=$(k get job j -o jsonpath='{.spec.completions} {.spec.parallelism} {.spec.backoffLimit} {.spec.template.metadata.labels.job-name}')

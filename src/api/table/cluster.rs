@@ -338,16 +338,23 @@ fn ingress(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
         .and_then(Value::as_str)
         .unwrap_or("<none>");
     let rules = array(obj, "/spec/rules");
+    // `formatHosts`: hosts of the first rules until three are listed; a rule after that makes
+    // the rest "+ N more..." (N counts rules, not hosts).
     const MAX: usize = 3;
-    let hosts: Vec<&str> = rules
-        .iter()
-        .take(MAX)
-        .map(|r| text(r, "/host"))
-        .filter(|h| !h.is_empty())
-        .collect();
+    let mut hosts: Vec<&str> = Vec::new();
+    let mut more = false;
+    for rule in rules {
+        if hosts.len() == MAX {
+            more = true;
+        }
+        let host = text(rule, "/host");
+        if !more && !host.is_empty() {
+            hosts.push(host);
+        }
+    }
     let hosts = if hosts.is_empty() {
         "*".to_string()
-    } else if rules.len() > MAX {
+    } else if more {
         format!("{} + {} more...", hosts.join(","), rules.len() - MAX)
     } else {
         hosts.join(",")
