@@ -411,6 +411,20 @@ async fn kinds_defaults_subresources_and_validation() {
     assert_eq!(status["status"]["replicas"], 7);
     assert_eq!(status["spec"]["replicas"], 2);
 
+    // A PUT that leaves out defaulted fields gets them back and is no spec change.
+    let mut bare = call(&api, "GET", &deploy, None, &Value::Null).await.json();
+    let generation = bare["metadata"]["generation"].clone();
+    if let Some(spec) = bare["spec"].as_object_mut() {
+        spec.remove("strategy");
+        spec.remove("revisionHistoryLimit");
+    }
+    let put = call(&api, "PUT", &deploy, Some("application/json"), &bare)
+        .await
+        .json();
+    assert_eq!(put["spec"]["strategy"]["type"], "RollingUpdate", "{put}");
+    assert_eq!(put["spec"]["revisionHistoryLimit"], 10);
+    assert_eq!(put["metadata"]["generation"], generation);
+
     // Invalid writes: code, reason and the fields named in the causes.
     let cases: Vec<InvalidCase> = vec![
         (

@@ -97,6 +97,16 @@ pub fn prepare<'a>(
         }
     }
     defaults::apply(info, object);
+    if let (Some(old), true) = (old, info.tracks_generation) {
+        // The handler compared the body before defaulting; a body that only left out defaulted
+        // fields is no spec change (kube-apiserver defaults at decode, before that comparison).
+        let generation = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let bumped = generation + i64::from(super::meta::spec_changed(old, object));
+        metadata_mut(object).insert("generation".into(), json!(bumped));
+    }
     spec_validation::validate(info, name, old, object)?;
     if is(info, "services") {
         let namespace = object
