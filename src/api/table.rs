@@ -10,6 +10,7 @@ mod cluster;
 mod core;
 mod format;
 mod other;
+mod stream;
 mod workloads;
 
 use serde_json::{json, Value};
@@ -17,6 +18,7 @@ use serde_json::{json, Value};
 use crate::kube::resources::ResourceInfo;
 
 pub use format::{human_duration, selector_string};
+pub use stream::render_stored;
 
 /// Whether each row carries its object (`includeObject=Object`), only metadata (the default,
 /// `Metadata`, as PartialObjectMetadata), or nothing (`None`).

@@ -567,3 +567,39 @@ fn info_in(group: &str, plural: &str) -> &'static ResourceInfo {
         .find(|r| r.group == group && r.plural == plural)
         .unwrap()
 }
+
+#[test]
+fn streamed_table_equals_rendered_table() {
+    use crate::kube::object::ObjectKey;
+    let pods = info("", "pods");
+    let objects = vec![
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "a", "namespace": "d", "creationTimestamp": created(Duration::seconds(5)),
+                            "labels": {"x": "y"}, "resourceVersion": "7",
+                            "managedFields": [{"manager": "m", "operation": "Update"}]},
+               "spec": {"containers": [{"name": "c", "image": "i"}]},
+               "status": {"phase": "Succeeded"}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b\u{e9}\\", "resourceVersion": "8"}, "spec": {}}),
+    ];
+    let stored: Vec<crate::kube::object::ObjectRef> = objects
+        .iter()
+        .map(|o| {
+            let key = ObjectKey::new("pods", "d", o["metadata"]["name"].as_str().unwrap());
+            let bytes = serde_json::to_vec(o).unwrap();
+            std::sync::Arc::new(crate::kube::store::stored_from_json(key, &bytes).unwrap())
+        })
+        .collect();
+    let values: Vec<Value> = stored.iter().map(|o| o.value()).collect();
+    for include in [
+        IncludeObject::None,
+        IncludeObject::Metadata,
+        IncludeObject::Object,
+    ] {
+        let meta = json!({"resourceVersion": "9"});
+        let streamed: Value =
+            serde_json::from_slice(&render_stored(pods, "v1", &stored, &meta, include, now()))
+                .unwrap();
+        let rendered = render(pods, &values, meta, include, now());
+        assert_eq!(streamed, rendered, "{include:?}");
+    }
+}
