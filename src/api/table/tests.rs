@@ -572,7 +572,7 @@ fn info_in(group: &str, plural: &str) -> &'static ResourceInfo {
 fn streamed_table_equals_rendered_table() {
     use crate::kube::object::ObjectKey;
     let pods = info("", "pods");
-    let objects = vec![
+    let objects = [
         json!({"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": "a", "namespace": "d", "creationTimestamp": created(Duration::seconds(5)),
                             "labels": {"x": "y"}, "resourceVersion": "7",
