@@ -3,6 +3,7 @@
 //! with the stored metadata bytes as they are, so a list of thousands of objects builds no
 //! intermediate Table value and copies no metadata.
 
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -10,30 +11,79 @@ use super::{column_definitions, printer_for, row_conditions, IncludeObject};
 use crate::kube::object::ObjectRef;
 use crate::kube::resources::ResourceInfo;
 
-/// Top-level fields, each left unparsed.
-type RawFields<'a> = std::collections::BTreeMap<String, &'a RawValue>;
+/// A stored object read in one pass for the printers: every top-level field parsed except
+/// `metadata`, which is kept as raw bytes (copied into the row as is) and parsed separately
+/// without `managedFields`.
+struct Printable<'a> {
+    object: Map<String, Value>,
+    raw_metadata: Option<&'a RawValue>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Printable<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for Fields<'a> {
+            type Value = Printable<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                let mut object = Map::new();
+                let mut raw_metadata = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "metadata" {
+                        raw_metadata = Some(map.next_value::<&'de RawValue>()?);
+                    } else {
+                        object.insert(key, map.next_value::<Value>()?);
+                    }
+                }
+                Ok(Printable {
+                    object,
+                    raw_metadata,
+                })
+            }
+        }
+        deserializer.deserialize_map(Fields(std::marker::PhantomData))
+    }
+}
+
+/// Metadata without `managedFields` (skipped, not parsed).
+struct PrintableMetadata(Map<String, Value>);
+
+impl<'de> Deserialize<'de> for PrintableMetadata {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = PrintableMetadata;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+                let mut out = Map::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "managedFields" {
+                        map.next_value::<IgnoredAny>()?;
+                    } else {
+                        out.insert(key, map.next_value::<Value>()?);
+                    }
+                }
+                Ok(PrintableMetadata(out))
+            }
+        }
+        deserializer.deserialize_map(Fields)
+    }
+}
 
 /// `object` as a Value for the printers (metadata without managedFields), and its raw
 /// metadata. `None` if the stored bytes are not an object (they always are).
 fn printable(json: &[u8]) -> Option<(Value, Option<&RawValue>)> {
-    let fields: RawFields<'_> = serde_json::from_slice(json).ok()?;
-    let mut object = Map::with_capacity(fields.len());
-    let mut raw_metadata = None;
-    for (key, raw) in fields {
-        let value = if key == "metadata" {
-            raw_metadata = Some(raw);
-            let meta: RawFields<'_> = serde_json::from_str(raw.get()).ok()?;
-            let mut parsed = Map::with_capacity(meta.len());
-            for (k, v) in meta {
-                if k != "managedFields" {
-                    parsed.insert(k, serde_json::from_str(v.get()).ok()?);
-                }
-            }
-            Value::Object(parsed)
-        } else {
-            serde_json::from_str(raw.get()).ok()?
-        };
-        object.insert(key, value);
+    let Printable {
+        mut object,
+        raw_metadata,
+    } = serde_json::from_slice(json).ok()?;
+    if let Some(raw) = raw_metadata {
+        let PrintableMetadata(metadata) = serde_json::from_str(raw.get()).ok()?;
+        object.insert("metadata".into(), Value::Object(metadata));
     }
     Some((Value::Object(object), raw_metadata))
 }
