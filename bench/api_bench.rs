@@ -5,9 +5,11 @@
 //!
 //! Measures: ConfigMap creates with 1 KiB of data at 1, 16 and 64 connections (throughput,
 //! p50, p99); a list of 10,000 ConfigMaps; the delay from a write to its event at 1,000 open
-//! watches; the server's RSS idle and holding 10,000 ConfigMaps; restart time (to /readyz) with
-//! 100,000 mutations in objects.wal. Prints a table with the core count and writes it as
-//! Markdown to the path given as the first argument (default bench/API.md).
+//! watches; a list of 10,000 pods as a Table (what `kubectl get pods` asks for); the server's
+//! RSS idle and holding 10,000 ConfigMaps; restart time (to /readyz) with 100,000 mutations in
+//! objects.wal. Prints a table with the core count and writes it as Markdown to the path given
+//! as the first argument (default bench/API.md). `API_BENCH_ONLY=pod-table` runs only the
+//! pod Table list and prints its row without writing the file.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -29,6 +31,9 @@ const LIST_OBJECTS: usize = 10_000;
 const WATCHERS: usize = 1_000;
 const WATCH_WRITES: usize = 500;
 const WAL_MUTATIONS: usize = 100_000;
+const TABLE_PODS: usize = 10_000;
+/// The Accept header of `kubectl get`.
+const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
 struct Row {
     metric: String,
@@ -179,6 +184,76 @@ async fn fill(api: &Api, ns: &str, n: usize) {
     for t in tasks {
         t.await.expect("fill task");
     }
+}
+
+/// Creates `n` pods (one container, a label, a port) in `ns` with 32 connections.
+async fn fill_pods(api: &Api, ns: &str, n: usize) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let (api, next, ns) = (api.clone(), next.clone(), ns.to_string());
+        tasks.push(tokio::spawn(async move {
+            let mut conn = api.connect().await.expect("connect");
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let pod = json!({"metadata": {"name": format!("pod-{i:05}"), "labels": {"app": "bench"}},
+                    "spec": {"containers": [{"name": "app", "image": "nginx:1.25",
+                                             "ports": [{"containerPort": 80}]}]}});
+                let resp = conn
+                    .request(
+                        "POST",
+                        &format!("/api/v1/namespaces/{ns}/pods"),
+                        Some("application/json"),
+                        serde_json::to_vec(&pod).expect("serialize"),
+                    )
+                    .await
+                    .expect("create pod");
+                assert_eq!(resp.status, 201, "pod create: {}", resp.text());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("pod fill task");
+    }
+}
+
+/// A list of `TABLE_PODS` pods as a Table (kubectl's Accept header): median of 5.
+async fn pod_table_list(api: &Api) -> Row {
+    ensure_namespace(api, "bench-pods").await;
+    fill_pods(api, "bench-pods", TABLE_PODS).await;
+    let mut conn = api.connect().await.expect("connect");
+    let mut times = Vec::new();
+    let mut size = 0;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let resp = conn
+            .request_accept("GET", "/api/v1/namespaces/bench-pods/pods", TABLE_ACCEPT)
+            .await
+            .expect("table list");
+        times.push(t.elapsed());
+        assert_eq!(resp.status, 200);
+        size = resp.body.len();
+        let table = resp.json();
+        assert_eq!(table["kind"], "Table");
+        let rows = table["rows"].as_array().map(|a| a.len()).unwrap_or(0);
+        assert_eq!(rows, TABLE_PODS, "table has {rows} rows");
+    }
+    times.sort();
+    let median = times[times.len() / 2];
+    println!(
+        "table list of {TABLE_PODS} pods: median {} ({:.1} MiB)",
+        ms(median),
+        size as f64 / (1 << 20) as f64
+    );
+    row(
+        format!("List {TABLE_PODS} pods as a Table (median of 5)"),
+        format!("{} ({:.1} MiB)", ms(median), size as f64 / (1 << 20) as f64),
+        "< 150 ms",
+        Some(median < Duration::from_millis(150)),
+    )
 }
 
 /// Writes `total` mutations (creates of 1,000 names, then merge patches) with 32 connections.
@@ -345,6 +420,17 @@ fn main() {
         .expect("runtime");
     let mut rows = Vec::new();
 
+    if std::env::var("API_BENCH_ONLY").as_deref() == Ok("pod-table") {
+        let server = Server::start(&[]);
+        let api = server.api();
+        let r = rt.block_on(pod_table_list(&api));
+        println!(
+            "| {} | {} | {} | {:?} |",
+            r.metric, r.result, r.target, r.met
+        );
+        return;
+    }
+
     // --- idle RSS, creates, list, RSS with 10,000 ConfigMaps
     let server = Server::start(&[]);
     let pid = server.pid().expect("pid");
@@ -417,6 +503,7 @@ fn main() {
             Some(median < Duration::from_millis(100)),
         ));
     });
+    rows.push(rt.block_on(pod_table_list(&api)));
     drop(api);
     // RSS with exactly 10,000 ConfigMaps: a fresh server, so the create runs above don't count.
     drop(server);

@@ -14,7 +14,10 @@
 
 use std::path::PathBuf;
 
-use k8s_openapi::api::{coordination, core, discovery, events};
+use k8s_openapi::api::{
+    apps, autoscaling, batch, coordination, core, discovery, events, networking, policy, rbac,
+    scheduling, storage,
+};
 use litek8s::kube::resources::{ResourceInfo, RESOURCES};
 use schemars::generate::SchemaSettings;
 use schemars::SchemaGenerator;
@@ -41,6 +44,33 @@ fn schema_for(generator: &mut SchemaGenerator, r: &ResourceInfo) -> String {
         ("events.k8s.io", "v1", "Event") => name!(events::v1::Event),
         ("discovery.k8s.io", "v1", "EndpointSlice") => name!(discovery::v1::EndpointSlice),
         ("coordination.k8s.io", "v1", "Lease") => name!(coordination::v1::Lease),
+        ("", "v1", "ReplicationController") => name!(core::v1::ReplicationController),
+        ("", "v1", "PersistentVolume") => name!(core::v1::PersistentVolume),
+        ("", "v1", "PersistentVolumeClaim") => name!(core::v1::PersistentVolumeClaim),
+        ("", "v1", "ResourceQuota") => name!(core::v1::ResourceQuota),
+        ("", "v1", "LimitRange") => name!(core::v1::LimitRange),
+        ("apps", "v1", "Deployment") => name!(apps::v1::Deployment),
+        ("apps", "v1", "ReplicaSet") => name!(apps::v1::ReplicaSet),
+        ("apps", "v1", "DaemonSet") => name!(apps::v1::DaemonSet),
+        ("apps", "v1", "StatefulSet") => name!(apps::v1::StatefulSet),
+        ("apps", "v1", "ControllerRevision") => name!(apps::v1::ControllerRevision),
+        ("batch", "v1", "Job") => name!(batch::v1::Job),
+        ("batch", "v1", "CronJob") => name!(batch::v1::CronJob),
+        ("autoscaling", "v2", "HorizontalPodAutoscaler") => {
+            name!(autoscaling::v2::HorizontalPodAutoscaler)
+        }
+        ("policy", "v1", "PodDisruptionBudget") => name!(policy::v1::PodDisruptionBudget),
+        ("scheduling.k8s.io", "v1", "PriorityClass") => name!(scheduling::v1::PriorityClass),
+        ("networking.k8s.io", "v1", "Ingress") => name!(networking::v1::Ingress),
+        ("networking.k8s.io", "v1", "IngressClass") => name!(networking::v1::IngressClass),
+        ("networking.k8s.io", "v1", "NetworkPolicy") => name!(networking::v1::NetworkPolicy),
+        ("rbac.authorization.k8s.io", "v1", "Role") => name!(rbac::v1::Role),
+        ("rbac.authorization.k8s.io", "v1", "RoleBinding") => name!(rbac::v1::RoleBinding),
+        ("rbac.authorization.k8s.io", "v1", "ClusterRole") => name!(rbac::v1::ClusterRole),
+        ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => {
+            name!(rbac::v1::ClusterRoleBinding)
+        }
+        ("storage.k8s.io", "v1", "StorageClass") => name!(storage::v1::StorageClass),
         (g, v, k) => panic!("no k8s-openapi type mapped for {g}/{v} {k}; add it to schema_for"),
     }
 }

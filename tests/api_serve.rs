@@ -725,7 +725,7 @@ async fn services_secrets_and_status() {
         .call(
             Method::POST,
             svcs,
-            Some(json!({"metadata":{"name":"full"},"spec":{}})),
+            Some(json!({"metadata":{"name":"full"},"spec":{"ports":[{"port":80}]}})),
         )
         .await;
     assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR, "{s}");
@@ -733,7 +733,7 @@ async fn services_secrets_and_status() {
         .call(
             Method::POST,
             svcs,
-            Some(json!({"metadata":{"name":"a.b"},"spec":{}})),
+            Some(json!({"metadata":{"name":"a.b"},"spec":{"ports":[{"port":80}]}})),
         )
         .await;
     assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
@@ -755,7 +755,7 @@ async fn services_secrets_and_status() {
         .call(
             Method::POST,
             pods,
-            Some(json!({"metadata":{"name":"p"},"spec":{"containers":[]}})),
+            Some(json!({"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"x"}]}})),
         )
         .await;
     let mut st = p.clone();

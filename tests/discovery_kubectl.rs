@@ -297,6 +297,9 @@ async fn check_kubectl(binary: PathBuf, version: &str, aggregated: &str) {
             "EndpointSlice",
         ],
         &["leases", "coordination.k8s.io/v1", "true", "Lease"],
+        &["deployments", "deploy", "apps/v1", "true", "Deployment"],
+        &["cronjobs", "cj", "batch/v1", "true", "CronJob"],
+        &["persistentvolumes", "pv", "v1", "false", "PersistentVolume"],
     ] {
         assert!(
             has_row(&out, want),
@@ -325,9 +328,17 @@ async fn check_kubectl(binary: PathBuf, version: &str, aggregated: &str) {
     assert_eq!(
         versions,
         [
+            "apps/v1",
+            "autoscaling/v2",
+            "batch/v1",
             "coordination.k8s.io/v1",
             "discovery.k8s.io/v1",
             "events.k8s.io/v1",
+            "networking.k8s.io/v1",
+            "policy/v1",
+            "rbac.authorization.k8s.io/v1",
+            "scheduling.k8s.io/v1",
+            "storage.k8s.io/v1",
             "v1"
         ],
         "kubectl {version} api-versions"

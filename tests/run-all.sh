@@ -5,7 +5,8 @@
 #   3. cargo test --all-targets (unit tests, integration tests against the real binary,
 #      kube-rs, durability, WAL corruption, bad input),
 #   4. the pytest suite in tests/python (leader election, watch resume, 410 relist),
-#   5. the kubectl scenario with kubectl 1.27 and 1.33 (tests/kubectl/scenario.sh), against a
+#   5. the kubectl scenario with kubectl 1.27 and 1.33 (tests/kubectl/scenario.sh, and
+#      tests/kubectl/workloads.sh for the workload kinds), against a
 #      single server and against a follower of a 3-server cluster.
 # Prints PASS/FAIL per step and a final `N passed, N failed` line (counting individual tests);
 # exits non-zero if anything failed.
@@ -162,6 +163,26 @@ if [ "${SKIP_KUBECTL:-0}" != 1 ]; then
             fi
             step_result "$name" "$p" "$f"
         done
+        # The workload kinds (tests/kubectl/workloads.sh), against a single server.
+        name="kubectl $v workloads"
+        log=$OUT/kubectl-$v-workloads.log
+        if [ ! -x "$kc" ]; then
+            echo "SKIP $name: $kc not installed"
+            step_result "$name" 0 0 1
+            continue
+        fi
+        echo "== $name (log: $log)"
+        bash "$ROOT/tests/kubectl/workloads.sh" "$kc" >"$log" 2>&1
+        grep -E '^(FAIL|    \|)' "$log" | head -200
+        last=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+        p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$last")
+        f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$last")
+        if [ -z "$p" ]; then
+            p=0
+            f=1
+            tail -20 "$log"
+        fi
+        step_result "$name" "$p" "$f"
     done
 fi
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::cluster_ip::ClusterIpAllocator;
+use super::node_port::NodePortAllocator;
 use crate::kube::store::Store;
 use crate::kube::writer::{LocalReads, ReadBarrier, Writer};
 
@@ -50,6 +51,8 @@ pub struct ApiContext {
     pub ready: std::sync::atomic::AtomicBool,
     /// ClusterIPs handed out to Service writes still in flight.
     pub cluster_ips: ClusterIpAllocator,
+    /// NodePorts handed out to Service writes still in flight.
+    pub node_ports: NodePortAllocator,
 }
 
 impl ApiContext {
@@ -65,6 +68,7 @@ impl ApiContext {
             started_at: SystemTime::now(),
             ready: std::sync::atomic::AtomicBool::new(false),
             cluster_ips,
+            node_ports: NodePortAllocator::new(),
         }
     }
 

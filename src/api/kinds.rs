@@ -1,17 +1,16 @@
-//! Per-kind preparation of an object before it is written: the minimal defaults (namespace
-//! finalizers, phase and name label; pod phase; service ClusterIP; secret stringData) and
-//! kind-specific validation (Lease). Full defaulting comes later.
-
-use std::collections::HashSet;
-use std::net::IpAddr;
+//! Per-kind preparation of an object before it is written: namespace finalizers, phase and
+//! name label; a new object's status; secret stringData; the kind's defaults (`defaults`),
+//! Service addresses and ports (`service`), and kind-specific validation (`lease`,
+//! `spec_validation`).
 
 use base64::Engine;
 use serde_json::{json, Map, Value};
 
-use super::cluster_ip::{AllocError, Reservation};
 use super::meta::metadata_mut;
-use super::status::{ApiError, Cause};
-use super::{lease, ApiContext};
+use super::service::{self, Reservations};
+use super::status::ApiError;
+use super::{defaults, lease, spec_validation, ApiContext};
+use crate::kube::object::ObjectKey;
 use crate::kube::resources::ResourceInfo;
 
 /// Whether PUT on a missing object creates it (upstream `AllowCreateOnUpdate`).
@@ -36,15 +35,35 @@ fn is(info: &ResourceInfo, plural: &str) -> bool {
     info.group.is_empty() && info.plural == plural
 }
 
-/// Prepares a new or updated object. `old` is the stored version on update. A returned
-/// reservation must be held until the write completes.
+/// Whether create starts the object with an empty status (upstream `PrepareForCreate`), for
+/// the kinds whose status only controllers write. Pods, services and namespaces get theirs
+/// below; nodes register with theirs.
+fn create_resets_status(info: &ResourceInfo) -> bool {
+    info.has_status
+        && (!info.group.is_empty()
+            || matches!(
+                info.plural,
+                "replicationcontrollers"
+                    | "persistentvolumes"
+                    | "persistentvolumeclaims"
+                    | "resourcequotas"
+            ))
+}
+
+/// Prepares a new or updated object. `old` is the stored version on update. The returned
+/// reservations must be held until the write completes.
 pub fn prepare<'a>(
     ctx: &'a ApiContext,
     info: &ResourceInfo,
     name: &str,
     old: Option<&Value>,
     object: &mut Value,
-) -> Result<Option<Reservation<'a>>, ApiError> {
+) -> Result<Reservations<'a>, ApiError> {
+    if old.is_none() && create_resets_status(info) {
+        if let Some(m) = object.as_object_mut() {
+            m.remove("status");
+        }
+    }
     if lease::is_lease(info) {
         lease::prepare(info, name, object)?;
     }
@@ -77,10 +96,28 @@ pub fn prepare<'a>(
             object["type"] = json!("Opaque");
         }
     }
-    if is(info, "services") {
-        return prepare_service(ctx, info, name, old, object);
+    defaults::apply(info, object);
+    if let (Some(old), true) = (old, info.tracks_generation) {
+        // The handler compared the body before defaulting; a body that only left out defaulted
+        // fields is no spec change (kube-apiserver defaults at decode, before that comparison).
+        let generation = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let bumped = generation + i64::from(super::meta::spec_changed(old, object));
+        metadata_mut(object).insert("generation".into(), json!(bumped));
     }
-    Ok(None)
+    spec_validation::validate(info, name, old, object)?;
+    if is(info, "services") {
+        let namespace = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let key = ObjectKey::new(info.store_key(), namespace, name);
+        return service::prepare(ctx, info, &key, old, object);
+    }
+    Ok(Reservations::default())
 }
 
 /// Event MicroTime fields, re-emitted with six fractional digits: clients parse them with a
@@ -121,120 +158,6 @@ fn merge_string_data(object: &mut Value) {
             data.insert(k, json!(encoded));
         }
     }
-}
-
-fn used_cluster_ips(ctx: &ApiContext) -> HashSet<IpAddr> {
-    let snapshot = ctx.store.snapshot();
-    snapshot
-        .range("services", None, None)
-        .filter_map(|s| s.field("spec.clusterIP"))
-        .filter_map(|ip| ip.parse().ok())
-        .collect()
-}
-
-fn prepare_service<'a>(
-    ctx: &'a ApiContext,
-    info: &ResourceInfo,
-    name: &str,
-    old: Option<&Value>,
-    object: &mut Value,
-) -> Result<Option<Reservation<'a>>, ApiError> {
-    let spec = object_mut(object, "spec");
-    let svc_type = spec
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("ClusterIP")
-        .to_string();
-    spec.insert("type".into(), json!(svc_type));
-    spec.entry("sessionAffinity")
-        .or_insert_with(|| json!("None"));
-    let requested = spec
-        .get("clusterIP")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    if let Some(old) = old {
-        let old_ip = old
-            .pointer("/spec/clusterIP")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        if requested.is_empty() || requested == old_ip {
-            if let Some(old_spec) = old.get("spec") {
-                for field in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
-                    if let Some(v) = old_spec.get(field) {
-                        spec.insert(field.into(), v.clone());
-                    }
-                }
-            }
-            return Ok(None);
-        }
-        return Err(ApiError::invalid(
-            info,
-            name,
-            vec![Cause::invalid(
-                "spec.clusterIPs[0]",
-                &json!(requested),
-                "may not change once set",
-            )],
-        ));
-    }
-    if svc_type == "ExternalName" {
-        return Ok(None);
-    }
-    let reservation = if requested == "None" {
-        None
-    } else {
-        let used = used_cluster_ips(ctx);
-        let result = if requested.is_empty() {
-            ctx.cluster_ips.allocate(&used)
-        } else {
-            let ip: IpAddr = requested.parse().map_err(|_| {
-                ApiError::invalid(
-                    info,
-                    name,
-                    vec![Cause::invalid(
-                        "spec.clusterIPs[0]",
-                        &json!(requested),
-                        "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
-                    )],
-                )
-            })?;
-            ctx.cluster_ips.reserve(ip, &used)
-        };
-        match result {
-            Ok(r) => Some(r),
-            Err(e @ (AllocError::BadCidr(_) | AllocError::Full)) => {
-                return Err(ApiError::Internal(format!(
-                    "failed to allocate a serviceIP: {e}"
-                )))
-            }
-            Err(e) => {
-                return Err(ApiError::invalid(
-                    info,
-                    name,
-                    vec![Cause::invalid(
-                        "spec.clusterIPs",
-                        &json!([requested]),
-                        &format!("failed to allocate IP {requested}: {e}"),
-                    )],
-                ))
-            }
-        }
-    };
-    let ip = reservation
-        .as_ref()
-        .map(|r| r.ip.to_string())
-        .unwrap_or_else(|| "None".into());
-    let family = match reservation.as_ref().map(|r| r.ip) {
-        Some(IpAddr::V6(_)) => "IPv6",
-        _ => "IPv4",
-    };
-    spec.insert("clusterIP".into(), json!(ip));
-    spec.insert("clusterIPs".into(), json!([ip]));
-    spec.insert("ipFamilies".into(), json!([family]));
-    spec.insert("ipFamilyPolicy".into(), json!("SingleStack"));
-    object["status"] = json!({"loadBalancer": {}});
-    Ok(reservation)
 }
 
 #[cfg(test)]

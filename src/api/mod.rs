@@ -9,8 +9,9 @@
 //! - `request`: path, query and Accept parsing; `body`: size/depth-limited decoding.
 //! - `get`, `list` (+ `continue_token`), `watch`, `create`, `update`, `patch`, `delete`
 //!   (+ `namespace` for namespace deletion): one file per verb.
-//! - `meta`, `validation`, `kinds` (+ `lease`, `cluster_ip`): what every write decides before
-//!   it becomes a Mutation.
+//! - `meta`, `validation`, `kinds` (+ `defaults/`, `lease`, `service` with `cluster_ip` and
+//!   `node_port`, `spec_validation`): what every write decides before it becomes a
+//!   Mutation; `scale` serves the `scale` subresource.
 //! - `output`: objects and lists in the requested form; `status`: every error as a `Status`.
 //! - `discovery`, `openapi`, `table`: what kubectl reads besides objects.
 //! - `response`: small response builders.
@@ -20,6 +21,7 @@ pub mod cluster_ip;
 pub mod context;
 pub mod continue_token;
 pub mod create;
+pub mod defaults;
 pub mod delete;
 pub mod discovery;
 pub mod get;
@@ -29,6 +31,7 @@ pub mod lease;
 pub mod list;
 pub mod meta;
 pub mod namespace;
+pub mod node_port;
 pub mod openapi;
 pub mod output;
 pub mod patch;
@@ -36,6 +39,9 @@ pub mod protobuf;
 pub mod request;
 pub mod response;
 pub mod router;
+pub mod scale;
+pub mod service;
+pub mod spec_validation;
 pub mod status;
 pub mod table;
 pub mod update;

@@ -106,9 +106,9 @@ pub fn list(
             Ok(response::json(StatusCode::OK, out))
         }
         Form::Table(v) => {
-            let values: Vec<Value> = items.iter().map(|o| o.value()).collect();
-            let t = table_of(req, v, &values, metadata)?;
-            Ok(response::json_value(StatusCode::OK, &t))
+            let include = req.query.include()?;
+            let bytes = table::render_stored(info, v, items, &metadata, include, now());
+            Ok(response::json(StatusCode::OK, bytes))
         }
         Form::Metadata(v) => {
             let values: Vec<Value> = items.iter().map(|o| partial(&o.value(), v)).collect();

@@ -12,8 +12,8 @@ use http::{header, Method, Request, Response};
 use super::request::{self, ApiRequest, Query};
 use super::status::ApiError;
 use super::{
-    body, create, delete, discovery, get, health, list, namespace, openapi, patch, update, watch,
-    ApiBody, ApiContext, User,
+    body, create, delete, discovery, get, health, list, namespace, openapi, patch, scale, update,
+    watch, ApiBody, ApiContext, User,
 };
 
 fn header_str<B>(req: &Request<B>, name: header::HeaderName) -> String {
@@ -121,6 +121,8 @@ async fn dispatch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
         (true, None | Some("status"), &Method::PATCH) => patch::patch(req).await,
         (true, None, &Method::DELETE) => delete::delete(req).await,
         (true, Some("finalize"), &Method::PUT) => namespace::finalize(req).await,
+        (true, Some("scale"), &Method::GET) => scale::get(req).await,
+        (true, Some("scale"), &Method::PUT | &Method::PATCH) => scale::write(req).await,
         _ => Err(ApiError::MethodNotAllowed),
     }
 }

@@ -3,17 +3,22 @@
 //! Columns and cells follow kube-apiserver's printers (kubernetes
 //! pkg/printers/internalversion/printers.go). Like the apiserver, every row carries all cells
 //! (wide ones too); kubectl hides columns with priority ≠ 0 unless `-o wide`. Printers are
-//! looked up by (group, kind) in [`printers`]; kinds without one get NAME and AGE.
+//! looked up by (group, kind) in [`printers`]; kinds without one get the apiserver's default
+//! table: NAME and CREATED AT.
 
+mod cluster;
 mod core;
 mod format;
 mod other;
+mod stream;
+mod workloads;
 
 use serde_json::{json, Value};
 
 use crate::kube::resources::ResourceInfo;
 
-pub use format::human_duration;
+pub use format::{human_duration, selector_string};
+pub use stream::render_stored;
 
 /// Whether each row carries its object (`includeObject=Object`), only metadata (the default,
 /// `Metadata`, as PartialObjectMetadata), or nothing (`None`).
@@ -71,6 +76,18 @@ pub(crate) const fn col(name: &'static str, description: &'static str) -> Column
     }
 }
 
+/// A column of another type ("integer", "boolean").
+pub(crate) const fn typed(
+    name: &'static str,
+    kind: &'static str,
+    description: &'static str,
+) -> Column {
+    Column {
+        kind,
+        ..col(name, description)
+    }
+}
+
 /// A string column shown only with `-o wide`.
 pub(crate) const fn wide(name: &'static str, description: &'static str) -> Column {
     Column {
@@ -92,13 +109,26 @@ pub(crate) struct Printer {
 
 /// Every printer; later kinds add rows here (or in a new per-group file).
 fn printers() -> impl Iterator<Item = &'static Printer> {
-    core::PRINTERS.iter().chain(other::PRINTERS.iter())
+    core::PRINTERS
+        .iter()
+        .chain(other::PRINTERS.iter())
+        .chain(workloads::PRINTERS.iter())
+        .chain(cluster::PRINTERS.iter())
 }
 
-const DEFAULT_COLUMNS: &[Column] = &[NAME, AGE];
+/// apiserver's default table convertor (pkg/registry/rest/table.go): the creation time as an
+/// RFC 3339 date rather than an age.
+const DEFAULT_COLUMNS: &[Column] = &[NAME, typed("Created At", "date", AGE_DOC)];
 
-fn default_cells(obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
-    vec![json!(format::name(obj)), json!(format::age(obj, now))]
+fn default_cells(obj: &Value, _now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
+    vec![
+        json!(format::name(obj)),
+        // Go formats the zero time when the field is missing.
+        json!(match format::text(obj, "/metadata/creationTimestamp") {
+            "" => "0001-01-01T00:00:00Z",
+            t => t,
+        }),
+    ]
 }
 
 /// The columns and cell function for `info`'s kind.

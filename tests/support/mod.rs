@@ -466,12 +466,46 @@ impl Conn {
         body: Bytes,
         authorization: Option<String>,
     ) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+        self.send_accepting(
+            method,
+            path,
+            content_type,
+            body,
+            authorization,
+            "application/json",
+        )
+        .await
+    }
+
+    /// A bodiless request with its own `Accept` header (a Table, for example).
+    pub async fn request_accept(
+        &mut self,
+        method: &str,
+        path: &str,
+        accept: &str,
+    ) -> Result<Resp, String> {
+        let auth = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        let response = self
+            .send_accepting(method, path, None, Bytes::new(), auth, accept)
+            .await?;
+        Resp::read(response).await
+    }
+
+    async fn send_accepting(
+        &mut self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+        authorization: Option<String>,
+        accept: &str,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, String> {
         let method = http::Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?;
         let mut builder = http::Request::builder()
             .method(method)
             .uri(path)
             .header(http::header::HOST, "127.0.0.1")
-            .header(http::header::ACCEPT, "application/json");
+            .header(http::header::ACCEPT, accept);
         if let Some(auth) = authorization {
             builder = builder.header(http::header::AUTHORIZATION, auth);
         }

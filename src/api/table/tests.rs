@@ -157,7 +157,7 @@ fn column_sets_match_kube_apiserver() {
 }
 
 #[test]
-fn unknown_kind_gets_name_and_age() {
+fn unknown_kind_gets_name_and_created_at() {
     let fake = ResourceInfo {
         group: "example.com",
         version: "v1",
@@ -171,14 +171,14 @@ fn unknown_kind_gets_name_and_age() {
         tracks_generation: true,
         selectable_fields: &[],
     };
-    assert_eq!(normal(&fake), ["NAME", "AGE"]);
+    assert_eq!(normal(&fake), ["NAME", "CREATED AT"]);
     let row = cells(
         &fake,
-        json!({"metadata": {"name": "w", "creationTimestamp": created(Duration::seconds(150))}}),
+        json!({"metadata": {"name": "w", "creationTimestamp": "2026-01-10T11:57:30Z"}}),
     );
-    assert_eq!(row, [json!("w"), json!("2m30s")]);
+    assert_eq!(row, [json!("w"), json!("2026-01-10T11:57:30Z")]);
     let row = cells(&fake, json!({"metadata": {"name": "w"}}));
-    assert_eq!(row[1], "<unknown>");
+    assert_eq!(row[1], "0001-01-01T00:00:00Z");
 }
 
 #[test]
@@ -408,4 +408,198 @@ fn event_cells_both_versions() {
     assert_eq!(row[3], "pod");
     assert_eq!(row[7], "<unknown>");
     assert_eq!(row[8], 7);
+}
+
+#[test]
+fn workload_cells() {
+    let age = created(Duration::seconds(150));
+    let deploy = resources::find("apps", "v1", "deployments").unwrap();
+    let d = json!({"metadata": {"name": "web", "creationTimestamp": age},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"b": "2", "a": "1"},
+                 "matchExpressions": [{"key": "t", "operator": "In", "values": ["y", "x"]}]},
+                 "template": {"spec": {"containers": [{"name": "a", "image": "i1"}, {"name": "b", "image": "i2"}]}}},
+        "status": {"readyReplicas": 1, "updatedReplicas": 2, "availableReplicas": 1}});
+    assert_eq!(
+        cells(deploy, d),
+        [
+            json!("web"),
+            json!("1/3"),
+            json!(2),
+            json!(1),
+            json!("2m30s"),
+            json!("a,b"),
+            json!("i1,i2"),
+            json!("a=1,b=2,t in (x,y)")
+        ]
+    );
+    assert_eq!(wide_only(deploy), ["CONTAINERS", "IMAGES", "SELECTOR"]);
+
+    let jobs = resources::find("batch", "v1", "jobs").unwrap();
+    let start = created(Duration::seconds(100));
+    let done = created(Duration::seconds(40));
+    let j = json!({"metadata": {"name": "j", "creationTimestamp": age},
+        "spec": {"completions": 2, "template": {"spec": {"containers": []}}},
+        "status": {"succeeded": 2, "startTime": start, "completionTime": done,
+                   "conditions": [{"type": "Complete", "status": "True"}]}});
+    assert_eq!(
+        cells(jobs, j)[..4],
+        [json!("j"), json!("Complete"), json!("2/2"), json!("60s")]
+    );
+    let running = json!({"metadata": {"name": "p"}, "spec": {"parallelism": 3}});
+    assert_eq!(
+        cells(jobs, running)[1..3],
+        [json!("Running"), json!("0/1 of 3")]
+    );
+
+    let sts = resources::find("apps", "v1", "statefulsets").unwrap();
+    assert_eq!(normal(sts), ["NAME", "READY", "AGE"]);
+    let s =
+        json!({"metadata": {"name": "s"}, "spec": {"replicas": 3}, "status": {"readyReplicas": 2}});
+    assert_eq!(cells(sts, s)[1], "2/3");
+
+    let cj = resources::find("batch", "v1", "cronjobs").unwrap();
+    let c = json!({"metadata": {"name": "c"}, "spec": {"schedule": "@hourly", "suspend": false}});
+    assert_eq!(
+        cells(cj, c)[1..6],
+        [
+            json!("@hourly"),
+            json!("<none>"),
+            json!("False"),
+            json!(0),
+            json!("<none>")
+        ]
+    );
+}
+
+#[test]
+fn cluster_kind_cells() {
+    let pv = resources::find("", "v1", "persistentvolumes").unwrap();
+    let v = json!({"metadata": {"name": "pv"}, "spec": {"capacity": {"storage": "5Gi"},
+        "accessModes": ["ReadWriteMany", "ReadWriteOnce"], "persistentVolumeReclaimPolicy": "Retain",
+        "claimRef": {"namespace": "ns", "name": "c"}, "storageClassName": "fast"},
+        "status": {"phase": "Bound"}});
+    assert_eq!(
+        cells(pv, v)[..9],
+        [
+            json!("pv"),
+            json!("5Gi"),
+            json!("RWO,RWX"),
+            json!("Retain"),
+            json!("Bound"),
+            json!("ns/c"),
+            json!("fast"),
+            json!("<unset>"),
+            json!("")
+        ]
+    );
+    let sc = resources::find("storage.k8s.io", "v1", "storageclasses").unwrap();
+    let s = json!({"metadata": {"name": "std", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": "p"});
+    assert_eq!(
+        cells(sc, s)[..5],
+        [
+            json!("std (default)"),
+            json!("p"),
+            json!("Delete"),
+            json!("Immediate"),
+            json!(false)
+        ]
+    );
+    let rb = info_in("rbac.authorization.k8s.io", "rolebindings");
+    let b = json!({"metadata": {"name": "b"}, "roleRef": {"kind": "Role", "name": "r"},
+        "subjects": [{"kind": "User", "name": "u1"}, {"kind": "User", "name": "u2"},
+                     {"kind": "ServiceAccount", "namespace": "n", "name": "sa"}]});
+    let row = cells(rb, b);
+    assert_eq!(
+        (
+            row[1].clone(),
+            row[3].clone(),
+            row[4].clone(),
+            row[5].clone()
+        ),
+        (json!("Role/r"), json!("u1, u2"), json!(""), json!("n/sa"))
+    );
+    let roles = info_in("rbac.authorization.k8s.io", "roles");
+    assert_eq!(normal(roles), ["NAME", "CREATED AT"]);
+    let quota = resources::find("", "v1", "resourcequotas").unwrap();
+    let q = json!({"metadata": {"name": "q"}, "status": {"hard": {"pods": "10", "limits.cpu": "2", "cpu": "1"},
+        "used": {"pods": "3", "cpu": "500m"}}});
+    assert_eq!(
+        cells(quota, q)[1..3],
+        [json!("cpu: 500m/1, pods: 3/10"), json!("limits.cpu: 0/2")]
+    );
+    let np = info_in("networking.k8s.io", "networkpolicies");
+    assert_eq!(
+        cells(
+            np,
+            json!({"metadata": {"name": "n"}, "spec": {"podSelector": {}}})
+        )[1],
+        "<none>"
+    );
+    let ing = info_in("networking.k8s.io", "ingresses");
+    let i = json!({"metadata": {"name": "i"}, "spec": {"rules": [{"host": "a"}, {}, {"host": "b"}, {"host": "c"}],
+        "tls": [{}]}, "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}});
+    assert_eq!(
+        cells(ing, i)[1..5],
+        [
+            json!("<none>"),
+            json!("a,b,c"),
+            json!("1.2.3.4"),
+            json!("80, 443")
+        ]
+    );
+    let many = json!({"metadata": {"name": "i"}, "spec": {"ingressClassName": "nginx",
+        "rules": [{"host": "a"}, {"host": "b"}, {"host": "c"}, {"host": "d"}, {"host": "e"}]}});
+    assert_eq!(
+        cells(ing, many)[1..5],
+        [
+            json!("nginx"),
+            json!("a,b,c + 2 more..."),
+            json!(""),
+            json!("80")
+        ]
+    );
+}
+
+fn info_in(group: &str, plural: &str) -> &'static ResourceInfo {
+    resources::RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.plural == plural)
+        .unwrap()
+}
+
+#[test]
+fn streamed_table_equals_rendered_table() {
+    use crate::kube::object::ObjectKey;
+    let pods = info("", "pods");
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "a", "namespace": "d", "creationTimestamp": created(Duration::seconds(5)),
+                            "labels": {"x": "y"}, "resourceVersion": "7",
+                            "managedFields": [{"manager": "m", "operation": "Update"}]},
+               "spec": {"containers": [{"name": "c", "image": "i"}]},
+               "status": {"phase": "Succeeded"}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b\u{e9}\\", "resourceVersion": "8"}, "spec": {}}),
+    ];
+    let stored: Vec<crate::kube::object::ObjectRef> = objects
+        .iter()
+        .map(|o| {
+            let key = ObjectKey::new("pods", "d", o["metadata"]["name"].as_str().unwrap());
+            let bytes = serde_json::to_vec(o).unwrap();
+            std::sync::Arc::new(crate::kube::store::stored_from_json(key, &bytes).unwrap())
+        })
+        .collect();
+    let values: Vec<Value> = stored.iter().map(|o| o.value()).collect();
+    for include in [
+        IncludeObject::None,
+        IncludeObject::Metadata,
+        IncludeObject::Object,
+    ] {
+        let meta = json!({"resourceVersion": "9"});
+        let streamed: Value =
+            serde_json::from_slice(&render_stored(pods, "v1", &stored, &meta, include, now()))
+                .unwrap();
+        let rendered = render(pods, &values, meta, include, now());
+        assert_eq!(streamed, rendered, "{include:?}");
+    }
 }

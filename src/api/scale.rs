@@ -1,0 +1,179 @@
+//! The `scale` subresource (deployments, replicasets, statefulsets, replicationcontrollers):
+//! an autoscaling/v1 `Scale` view of the object — `spec.replicas`, `status.replicas` and the
+//! selector as a string — read with GET and written with PUT or PATCH (`kubectl scale` sends a
+//! merge patch). A write changes only the object's `spec.replicas`, through the same update path
+//! as PUT on the object.
+
+use http::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::patch::{patch_kind, PatchKind};
+use super::request::ApiRequest;
+use super::status::{ApiError, Cause};
+use super::table::selector_string;
+use super::update::{is_conflict, replace, MAX_ATTEMPTS};
+use super::{body, create::Written, response, ApiBody};
+use crate::kube::patch::{self as patches, PatchError};
+use crate::kube::resources::ResourceInfo;
+
+/// The Scale of `object` (a full object of a scalable kind).
+pub fn scale_of(info: &ResourceInfo, object: &Value) -> Value {
+    let md = object.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    let mut metadata = serde_json::Map::new();
+    for field in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    ] {
+        if let Some(v) = md.get(field) {
+            metadata.insert(field.into(), v.clone());
+        }
+    }
+    let selector = object.pointer("/spec/selector");
+    let selector = if info.group.is_empty() {
+        // A ReplicationController's selector is a plain label map.
+        let mut pairs: Vec<String> = selector
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                    .collect()
+            })
+            .unwrap_or_default();
+        pairs.sort();
+        pairs.join(",")
+    } else {
+        selector_string(selector).unwrap_or_default()
+    };
+    let mut status = json!({"replicas": object.pointer("/status/replicas").and_then(Value::as_i64).unwrap_or(0)});
+    if !selector.is_empty() {
+        status["selector"] = json!(selector);
+    }
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": metadata,
+        "spec": {"replicas": object.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0)},
+        "status": status,
+    })
+}
+
+fn respond(info: &ResourceInfo, code: StatusCode, object: &Value) -> Response<ApiBody> {
+    response::json_value(code, &scale_of(info, object))
+}
+
+/// GET …/scale.
+pub async fn get(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
+    let info = req.info();
+    let name = req.name();
+    let object = req
+        .ctx
+        .store
+        .get(&req.target.key(name))
+        .ok_or_else(|| ApiError::not_found(info, name))?;
+    Ok(respond(info, StatusCode::OK, &object.value()))
+}
+
+/// The autoscaling Scale "kind" errors name.
+fn scale_invalid(name: &str, causes: Vec<Cause>) -> ApiError {
+    ApiError::Invalid {
+        kind: "Scale".into(),
+        group: "autoscaling".into(),
+        name: name.into(),
+        causes,
+    }
+}
+
+/// The replicas a Scale asks for: a non-negative integer.
+fn wanted_replicas(name: &str, scale: &Value) -> Result<i64, ApiError> {
+    match scale.pointer("/spec/replicas") {
+        None | Some(Value::Null) => Ok(0),
+        Some(v) => match v.as_i64() {
+            Some(n) if n >= 0 && n <= i64::from(i32::MAX) => Ok(n),
+            Some(_) => Err(scale_invalid(
+                name,
+                vec![Cause::invalid(
+                    "spec.replicas",
+                    v,
+                    "must be greater than or equal to 0",
+                )],
+            )),
+            None => Err(ApiError::BadRequest(format!(
+                "Scale in version \"v1\" cannot be handled as a Scale: spec.replicas must be an integer, not {v}"
+            ))),
+        },
+    }
+}
+
+/// PUT (a whole Scale) or PATCH (a patch of the current Scale) on …/scale.
+pub async fn write(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
+    let info = req.info();
+    let name = req.name().to_string();
+    let is_patch = req.method == http::Method::PATCH;
+    let (patch_type, input) = if is_patch {
+        let kind = patch_kind(&req.content_type)?;
+        let encoding = if kind == PatchKind::Apply {
+            body::Encoding::Yaml
+        } else {
+            body::Encoding::Json
+        };
+        (Some(kind), body::decode(&req.body, encoding)?)
+    } else {
+        (
+            None,
+            body::decode_object(&req.body, body::encoding(&req.content_type)?)?,
+        )
+    };
+    for _ in 0..MAX_ATTEMPTS {
+        let current = req
+            .ctx
+            .store
+            .get(&req.target.key(&name))
+            .ok_or_else(|| ApiError::not_found(info, &name))?;
+        let object = current.value();
+        let scale = match patch_type {
+            None => input.clone(),
+            Some(kind) => {
+                let current_scale = scale_of(info, &object);
+                let patched = match kind {
+                    PatchKind::Json => patches::apply_json_patch(&current_scale, &input),
+                    // Scale has no merge keys: strategic and apply patches merge like JSON.
+                    _ => patches::apply_merge_patch(&current_scale, &input),
+                };
+                patched.map_err(|e| match e {
+                    PatchError::Malformed(m) | PatchError::NotApplicable(m) => {
+                        ApiError::BadRequest(m)
+                    }
+                })?
+            }
+        };
+        // A resourceVersion in the Scale is a precondition on the object.
+        let pinned =
+            match scale
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+            {
+                None | Some("") => None,
+                Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
+                    ApiError::BadRequest(format!("invalid resource version: {rv:?}"))
+                })?),
+            };
+        if pinned.is_some_and(|rv| rv != current.resource_version) {
+            return Err(ApiError::conflict_modified(info, &name));
+        }
+        let replicas = wanted_replicas(&name, &scale)?;
+        let mut wanted = object.clone();
+        wanted["spec"]["replicas"] = json!(replicas);
+        match replace(req, &current, wanted, false).await {
+            Err(e) if is_conflict(&e) && pinned.is_none() => continue,
+            Err(e) => return Err(e),
+            Ok(Written::Stored(stored)) => {
+                return Ok(respond(info, StatusCode::OK, &stored.value()))
+            }
+            Ok(Written::DryRun(v)) => return Ok(respond(info, StatusCode::OK, &v)),
+        }
+    }
+    Err(ApiError::conflict_modified(info, &name))
+}
