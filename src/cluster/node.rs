@@ -268,6 +268,16 @@ impl ClusterNode {
         }
     }
 
+    /// Whether the Raft core loop answers a no-op sent through its command channel within
+    /// `limit`: the liveness the systemd watchdog checks (a hung core stops answering even
+    /// while its metrics, a watch channel, still read fine).
+    pub async fn core_responds(&self, limit: Duration) -> bool {
+        matches!(
+            tokio::time::timeout(limit, self.raft.with_raft_state(|_| ())).await,
+            Ok(Ok(()))
+        )
+    }
+
     /// Stops Raft (on shutdown).
     pub async fn shutdown(&self) {
         if let Err(e) = self.raft.shutdown().await {
