@@ -330,6 +330,7 @@ pub async fn start(inputs: StartInputs<'_>) -> Result<Started, ServerError> {
         runtime.spawn(crash_watch::watch_leader(node.clone(), shutdown.clone()));
     }
     tracing::info!(component = "raft", raft = %me.raft, node_id = identity.node_id, "Raft listener up");
+    campaign_if_sole_voter(&node, identity.node_id).await;
 
     if let Some(addr) = join_addr {
         readiness.set(
@@ -358,6 +359,19 @@ pub async fn start(inputs: StartInputs<'_>) -> Result<Started, ServerError> {
         admin_token,
     });
     Ok(Started { node, endpoints })
+}
+
+/// A member that is the only voter (a new `--cluster-init`, or a one-server cluster
+/// restarting) needs no one's vote: campaign now instead of after an election timeout, so
+/// `READY=1` is not delayed by it. With other voters the normal timeout applies.
+async fn campaign_if_sole_voter(node: &ClusterNode, me: u64) {
+    let metrics = node.metrics();
+    let voters: Vec<u64> = metrics.membership_config.membership().voter_ids().collect();
+    if voters == [me] && metrics.state != ServerState::Leader {
+        if let Err(e) = node.raft.trigger().elect().await {
+            tracing::warn!(component = "raft", "campaigning as the only voter: {e}");
+        }
+    }
 }
 
 /// The API context of a member: the cluster writer and the ReadIndex barrier.
