@@ -491,6 +491,13 @@ pub async fn readiness_loop(
                     );
                 }
                 match node.startup_last_log {
+                    _ if node.snapshot_progress().is_some() => reporter.set(
+                        Readiness::InstallingSnapshot {
+                            done: node.snapshot_progress().unwrap_or(0),
+                            total: 0,
+                        },
+                        "receiving a snapshot from the leader",
+                    ),
                     Some(total) if applied < total && !reporter.ready_sent() => reporter.set(
                         Readiness::ReplayingLog {
                             done: applied,

@@ -46,7 +46,7 @@ pub enum Readiness {
         done: u64,
         total: u64,
     },
-    /// Receiving a snapshot from the leader: `done` of `total` bytes.
+    /// Receiving a snapshot from the leader: `done` of `total` bytes (`total` 0: not known).
     InstallingSnapshot {
         done: u64,
         total: u64,
@@ -94,6 +94,9 @@ impl fmt::Display for Readiness {
                 write!(f, "replaying log, {done} applied")
             }
             Readiness::ReplayingLog { done, total } => write!(f, "replaying log {done}/{total}"),
+            Readiness::InstallingSnapshot { done, total: 0 } => {
+                write!(f, "installing snapshot, {done} bytes received")
+            }
             Readiness::InstallingSnapshot { done, total } => {
                 write!(f, "installing snapshot {done}/{total} bytes")
             }
@@ -384,5 +387,13 @@ mod tests {
             total: 0,
         };
         assert_eq!(wal.to_string(), "replaying log, 41000 applied");
+        let receiving = Readiness::InstallingSnapshot {
+            done: 1048576,
+            total: 0,
+        };
+        assert_eq!(
+            receiving.to_string(),
+            "installing snapshot, 1048576 bytes received"
+        );
     }
 }

@@ -113,10 +113,15 @@ test_single() {
     fi
     check "systemctl is-active: active" in_ct "$pid" systemctl is-active -q litek8s-server
     status=$(in_ct "$pid" systemctl show -p StatusText --value litek8s-server 2>/dev/null || true)
-    if [ -n "$status" ]; then pass "status line: '$status'"; else fail "no STATUS= line in systemctl show -p StatusText"; fi
+    if grep -Eq '^leader, term [0-9]+, applied [0-9]+, ready$|^single server, applied [0-9]+, ready$' <<<"$status"; then
+        pass "status line: '$status'"
+    else
+        fail "StatusText is not a ready Raft status: '$status'"
+    fi
     check "systemctl status shows it" sh -c "nsenter -t $pid -a systemctl status --no-pager litek8s-server | grep -q 'Status: \"'"
     check "journalctl -u litek8s-server has entries" sh -c "[ \$(nsenter -t $pid -a journalctl -u litek8s-server -q --no-pager -o cat | wc -l) -gt 0 ]"
     check "journal has structured COMPONENT= entries" sh -c "nsenter -t $pid -a journalctl -u litek8s-server -q --no-pager COMPONENT=systemd -o cat | grep -q ."
+    check "journal entries carry NODE_NAME=lk-single" sh -c "nsenter -t $pid -a journalctl -u litek8s-server -q --no-pager COMPONENT=server NODE_NAME=lk-single -o cat | grep -q ."
     check "token generated at first start, 0600" sh -c "[ \$(stat -c %a '$dir/etc/litek8s/server.env') = 600 ]"
     if [ -f "$dir/etc/litek8s/kubeconfig.yaml" ]; then
         # kubectl from the host inside the container's network namespace.
