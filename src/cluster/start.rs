@@ -426,12 +426,30 @@ pub async fn readiness_loop(
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_role: Option<(ServerState, u64)> = None;
+    // Re-evaluated when the role, leader or term changes (so READY=1 follows an election at
+    // once) and every tick (the "heard from the leader" window ages without any change; the
+    // applied index changes with every write and is only sampled by the tick).
+    let mut changes = node.raft.metrics();
+    let mut last_key = None;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {}
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return; // Raft stopped: the process is shutting down.
+                }
+                let key = {
+                    let m = changes.borrow_and_update();
+                    (m.state, m.current_leader, m.current_term)
+                };
+                if last_key == Some(key) {
+                    continue;
+                }
+            }
         }
         let metrics = node.metrics();
+        last_key = Some((metrics.state, metrics.current_leader, metrics.current_term));
         let applied = metrics.last_applied.map(|l| l.index).unwrap_or(0);
         let leader_name = match node.leadership() {
             super::node::Leadership::Other { member, .. } => member.name,
