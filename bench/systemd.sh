@@ -145,7 +145,6 @@ sleep 2
 row "restart with $MUTATIONS mutations to replay" \
     "$(printf '%s\n' "${times[@]}" | median)" "$(printf '%s\n' "${times[@]}" | minmax)" \
     "$(rss_mib "$pid") (before restart: $rss_loaded)"
-replayed=$(in_ct "$pid" journalctl -u litek8s-server -q --no-pager -o cat -n 200 | grep -E 'replay|snapshot' | tail -n 3 | tr '\n' ' ' || true)
 cleanup_containers
 
 # --- a server joining a 3-server cluster
@@ -189,13 +188,11 @@ net_down
     echo "systemd-nspawn, packages from \`$(basename "$deb_bin")\`, $ROUNDS rounds per case. Time is"
     echo "systemd's InactiveExit → ActiveEnter (the \`systemctl start\` request to READY=1, the"
     echo "ExecStartPre hook included). Targets (issue 6): fresh server < 1000 ms, restart with"
-    echo "100,000 mutations < 2000 ms."
+    echo "100,000 mutations < 2000 ms. Load average during the run: $(cut -d' ' -f1-3 /proc/loadavg)."
     echo
     echo "| case | median ms | range ms | RSS MiB |"
     echo "|---|---|---|---|"
     printf '%s\n' "${rows[@]}"
-    echo
-    echo "Last replay log lines of the restart case: ${replayed:-none}"
     [ -z "${BENCH_NOTE:-}" ] || { echo; echo "$BENCH_NOTE"; }
 } >"$out"
 echo "wrote $out"
