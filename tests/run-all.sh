@@ -5,14 +5,20 @@
 #   3. cargo test --all-targets (unit tests, integration tests against the real binary,
 #      kube-rs, durability, WAL corruption, bad input),
 #   4. the pytest suite in tests/python (leader election, watch resume, 410 relist),
-#   5. the kubectl scenario with kubectl 1.27 and 1.33 (tests/kubectl/scenario.sh, and
-#      tests/kubectl/workloads.sh for the workload kinds), against a
-#      single server and against a follower of a 3-server cluster.
+#   5. the kubectl scenarios with kubectl 1.27 and 1.33: tests/kubectl/scenario.sh against a
+#      single server and against a follower of a 3-server cluster, tests/kubectl/workloads.sh
+#      (workload kinds) and tests/kubectl/apply.sh (apply, server-side apply, diff, patch, edit,
+#      dry run, namespace deletion) against a single server,
+#   6. the packaging hooks and `systemd-analyze verify`/`security` of the units,
+#   7. the Debian and RPM packages (built once: tests/packaging_packages.sh) and the booted
+#      Debian 12 tests with them (tests/systemd/run.sh: single server, golden image, 3-server
+#      cluster in systemd-nspawn containers; the rootfs is cached in /var/cache/litek8s-test).
 # Prints PASS/FAIL per step and a final `N passed, N failed` line (counting individual tests);
 # exits non-zero if anything failed.
 #
 # Environment: KUBECTL_VERSIONS (default "1.27 1.33"), SKIP_CARGO=1, SKIP_PYTHON=1,
-# SKIP_KUBECTL=1 to leave a step out while iterating.
+# SKIP_KUBECTL=1, SKIP_PACKAGING=1 (steps 6 and 7), SKIP_PACKAGES=1 (step 7),
+# SKIP_SYSTEMD_E2E=1 (the booted tests of step 7) to leave a step out while iterating.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -163,31 +169,33 @@ if [ "${SKIP_KUBECTL:-0}" != 1 ]; then
             fi
             step_result "$name" "$p" "$f"
         done
-        # The workload kinds (tests/kubectl/workloads.sh), against a single server.
-        name="kubectl $v workloads"
-        log=$OUT/kubectl-$v-workloads.log
-        if [ ! -x "$kc" ]; then
-            echo "SKIP $name: $kc not installed"
-            step_result "$name" 0 0 1
-            continue
-        fi
-        echo "== $name (log: $log)"
-        bash "$ROOT/tests/kubectl/workloads.sh" "$kc" >"$log" 2>&1
-        grep -E '^(FAIL|    \|)' "$log" | head -200
-        last=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
-        p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$last")
-        f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$last")
-        if [ -z "$p" ]; then
-            p=0
-            f=1
-            tail -20 "$log"
-        fi
-        step_result "$name" "$p" "$f"
+        # The workload kinds (workloads.sh) and the write paths (apply.sh), against a single
+        # server each.
+        for script in workloads apply; do
+            name="kubectl $v $script"
+            log=$OUT/kubectl-$v-$script.log
+            if [ ! -x "$kc" ]; then
+                echo "SKIP $name: $kc not installed"
+                step_result "$name" 0 0 1
+                continue
+            fi
+            echo "== $name (log: $log)"
+            bash "$ROOT/tests/kubectl/$script.sh" "$kc" >"$log" 2>&1
+            grep -E '^(FAIL|    \|)' "$log" | head -200
+            last=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+            p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$last")
+            f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$last")
+            if [ -z "$p" ]; then
+                p=0
+                f=1
+                tail -20 "$log"
+            fi
+            step_result "$name" "$p" "$f"
+        done
     done
 fi
 
-# --- 6. packaging: the systemd hooks and units (the package builds and the booted-Debian test
-# are tests/packaging_packages.sh and tests/systemd/run.sh; they run with issue 6's work)
+# --- 6. packaging: the systemd hooks and units
 if [ "${SKIP_PACKAGING:-0}" != 1 ]; then
     echo "== packaging hooks (log: $OUT/packaging-hooks.log)"
     if sh "$ROOT/tests/packaging_hooks.sh" >"$OUT/packaging-hooks.log" 2>&1; then hooks_failed=0; else hooks_failed=1; fi
@@ -208,6 +216,66 @@ if [ "${SKIP_PACKAGING:-0}" != 1 ]; then
     else
         grep -E '^FAIL' "$OUT/packaging-units.log" | head -20
         step_result "systemd units" "$(grep -c '^ok' "$OUT/packaging-units.log")" "$(grep -c '^FAIL' "$OUT/packaging-units.log")"
+    fi
+fi
+
+# --- 7. the packages (dpkg-buildpackage, lintian, rpmbuild; one release build for both) and
+# the booted-Debian tests (tests/systemd/run.sh: single, golden, cluster) with those .debs.
+# Needs root; installs its Debian tools; the debootstrapped rootfs is cached in
+# /var/cache/litek8s-test (LITEK8S_TEST_CACHE). SKIP_PACKAGES=1 leaves out both,
+# SKIP_SYSTEMD_E2E=1 only the booted tests; PACKAGES_DIR=DIR tests prebuilt packages instead
+# of building them.
+count_step() { # NAME LOG RC: sums the log's "N passed, M failed" line into the summary
+    local last p f
+    last=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$2" | tail -n 1)
+    p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$last")
+    f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$last")
+    [ -n "$p" ] || { p=0; f=1; tail -20 "$2"; }
+    [ "$3" = 0 ] || [ "$f" != 0 ] || f=1
+    step_result "$1" "$p" "$f"
+}
+if [ "${SKIP_PACKAGING:-0}" != 1 ] && [ "${SKIP_PACKAGES:-0}" != 1 ]; then
+    need=()
+    command -v dpkg-buildpackage >/dev/null || need+=(dpkg-dev)
+    command -v dh >/dev/null || need+=(debhelper)
+    command -v lintian >/dev/null || need+=(lintian)
+    command -v rpmbuild >/dev/null || need+=(rpm)
+    command -v fakeroot >/dev/null || need+=(fakeroot)
+    command -v git >/dev/null || need+=(git)
+    if [ "${SKIP_SYSTEMD_E2E:-0}" != 1 ]; then
+        command -v debootstrap >/dev/null || need+=(debootstrap)
+        command -v systemd-nspawn >/dev/null || need+=(systemd-container)
+    fi
+    if [ ${#need[@]} -gt 0 ]; then
+        echo "installing Debian packages: ${need[*]}"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+            as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                "${need[@]}" >/dev/null || echo "apt-get install failed for: ${need[*]}"
+    fi
+    pkgdir=${PACKAGES_DIR:-$TARGET_DIR/packages}
+    t0=$(date +%s)
+    echo "== packages: build, lintian, rpm (log: $OUT/packaging-packages.log)"
+    if [ -n "${PACKAGES_DIR:-}" ]; then
+        sh "$ROOT/tests/packaging_packages.sh" "$pkgdir" >"$OUT/packaging-packages.log" 2>&1
+    else
+        CARGO_TARGET_DIR=$TARGET_DIR sh "$ROOT/tests/packaging_packages.sh" --build "$pkgdir" \
+            >"$OUT/packaging-packages.log" 2>&1
+    fi
+    rc=$?
+    grep -E '^FAIL|^build-packages:' "$OUT/packaging-packages.log" | head -30
+    echo "packages took $(($(date +%s) - t0)) s"
+    count_step "packages" "$OUT/packaging-packages.log" "$rc"
+
+    if [ "${SKIP_SYSTEMD_E2E:-0}" != 1 ]; then
+        t0=$(date +%s)
+        echo "== booted Debian: single, golden, cluster (log: $OUT/systemd-e2e.log)"
+        kc=$(command -v kubectl || ls /usr/lib/google-cloud-sdk/bin/kubectl.1.33 2>/dev/null || true)
+        as_root env KUBECTL="$kc" bash "$ROOT/tests/systemd/run.sh" --debs "$pkgdir" all \
+            >"$OUT/systemd-e2e.log" 2>&1
+        rc=$?
+        grep -E '^FAIL|^TIMING' "$OUT/systemd-e2e.log" | head -40
+        echo "booted Debian tests took $(($(date +%s) - t0)) s"
+        count_step "booted Debian (systemd-nspawn)" "$OUT/systemd-e2e.log" "$rc"
     fi
 fi
 

@@ -36,8 +36,8 @@ pub enum Command {
 }
 
 impl Cli {
-    /// Sets up logging: journald with structured fields when stderr is the journal, plain text
-    /// on stderr otherwise. `RUST_LOG` wins over `--log-level`. Fails on an unparsable filter.
+    /// Sets up logging: journald with structured fields (`NODE_NAME` on every entry of a
+    /// server) when stderr is the journal, plain text on stderr otherwise. `RUST_LOG` wins over `--log-level`. Fails on an unparsable filter.
     pub fn init_logging(&self) -> anyhow::Result<()> {
         let (source, mut text) = match std::env::var("RUST_LOG") {
             Ok(from_env) if !from_env.is_empty() => ("RUST_LOG", from_env),
@@ -48,7 +48,16 @@ impl Cli {
         if !text.contains("openraft") {
             text.push_str(",openraft=warn");
         }
-        crate::systemd::journal::init(&text, "litek8s")
+        let node_name = match &self.command {
+            Command::Apiserver(args) => args.name.clone().or_else(|| {
+                nix::unistd::gethostname()
+                    .ok()
+                    .and_then(|h| h.into_string().ok())
+            }),
+            Command::Server(_) => None,
+        };
+        let fields: Vec<(&str, String)> = node_name.map(|n| ("NODE_NAME", n)).into_iter().collect();
+        crate::systemd::journal::init(&text, "litek8s", &fields)
             .map_err(|e| anyhow::anyhow!("invalid {source} {text:?}: {e}"))?;
         Ok(())
     }

@@ -68,6 +68,9 @@ pub struct ClusterNode {
     pub startup_last_log: Option<u64>,
     batcher: Batcher,
     heard: Mutex<Heard>,
+    /// Bytes of the snapshot being received from the leader and when the last chunk came,
+    /// for the systemd status line; `None` when no transfer is under way.
+    snapshot_receiving: Mutex<Option<(u64, Instant)>>,
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
 }
 
@@ -151,6 +154,7 @@ impl ClusterNode {
             peers,
             batcher,
             heard: Mutex::new(Heard::default()),
+            snapshot_receiving: Mutex::new(None),
             runtime: Mutex::new(Some(runtime)),
         }))
     }
@@ -222,6 +226,20 @@ impl ClusterNode {
         self.heard.lock().at
     }
 
+    /// Records a snapshot chunk from the leader: `end` bytes received so far, `done` when it
+    /// was the last one.
+    pub fn snapshot_chunk(&self, end: u64, done: bool) {
+        *self.snapshot_receiving.lock() = (!done).then(|| (end, Instant::now()));
+    }
+
+    /// Bytes of the snapshot being received, if a chunk came within the install timeout.
+    pub fn snapshot_progress(&self) -> Option<u64> {
+        match *self.snapshot_receiving.lock() {
+            Some((bytes, at)) if at.elapsed() < Duration::from_secs(10) => Some(bytes),
+            _ => None,
+        }
+    }
+
     /// SPEC H12 readiness: a leader is known, this member has applied up to the commit index
     /// it learned, and it heard from the leader (or, leading, from a quorum) within the
     /// isolation window. `Err` says why not.
@@ -266,6 +284,16 @@ impl ClusterNode {
             ServerState::Candidate => Err("election in progress".into()),
             ServerState::Shutdown => Err("shutting down".into()),
         }
+    }
+
+    /// Whether the Raft core loop answers a no-op sent through its command channel within
+    /// `limit`: the liveness the systemd watchdog checks (a hung core stops answering even
+    /// while its metrics, a watch channel, still read fine).
+    pub async fn core_responds(&self, limit: Duration) -> bool {
+        matches!(
+            tokio::time::timeout(limit, self.raft.with_raft_state(|_| ())).await,
+            Ok(Ok(()))
+        )
     }
 
     /// Stops Raft (on shutdown).

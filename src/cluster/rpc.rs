@@ -154,7 +154,12 @@ async fn handle(
             Err(bad) => bad,
         },
         raft_paths::SNAPSHOT => match body_of::<InstallSnapshotRequest<TypeConfig>>(req).await {
-            Ok(rpc) => json(&node.raft.install_snapshot(rpc).await),
+            Ok(rpc) => {
+                let (end, done) = (rpc.offset + rpc.data.len() as u64, rpc.done);
+                let result = node.raft.install_snapshot(rpc).await;
+                node.snapshot_chunk(end, done || result.is_err());
+                json(&result)
+            }
             Err(bad) => bad,
         },
         paths::PROPOSE => match body_of::<ProposeRequest>(req).await {

@@ -277,7 +277,12 @@ pub async fn start(inputs: StartInputs<'_>) -> Result<Started, ServerError> {
             };
             dir.write_identity(&identity)?;
             retire_single_server_wal(data.root())?;
-            tracing::info!(node_id, resource_version = rv, "initialized a new cluster");
+            tracing::info!(
+                component = "raft",
+                node_id,
+                resource_version = rv,
+                "initialized a new cluster"
+            );
             (identity, secret, None)
         }
         Mode::Join { addr, token } => {
@@ -324,7 +329,8 @@ pub async fn start(inputs: StartInputs<'_>) -> Result<Started, ServerError> {
         runtime.spawn(rpc::serve(node.clone(), tcp, tls, shutdown.clone()));
         runtime.spawn(crash_watch::watch_leader(node.clone(), shutdown.clone()));
     }
-    tracing::info!(raft = %me.raft, node_id = identity.node_id, "Raft listener up");
+    tracing::info!(component = "raft", raft = %me.raft, node_id = identity.node_id, "Raft listener up");
+    campaign_if_sole_voter(&node, identity.node_id).await;
 
     if let Some(addr) = join_addr {
         readiness.set(
@@ -337,7 +343,7 @@ pub async fn start(inputs: StartInputs<'_>) -> Result<Started, ServerError> {
             .await
             .map_err(|e| cluster(format!("joining {addr}: {e}")))?;
         dir.write_identity(&identity)?;
-        tracing::info!(%addr, "joined the cluster");
+        tracing::info!(component = "raft", %addr, "joined the cluster");
     } else {
         tracing::info!(
             "join other servers with: LITEK8S_TOKEN=$(cat {}) litek8s apiserver --server https://{}",
@@ -355,6 +361,19 @@ pub async fn start(inputs: StartInputs<'_>) -> Result<Started, ServerError> {
     Ok(Started { node, endpoints })
 }
 
+/// A member that is the only voter (a new `--cluster-init`, or a one-server cluster
+/// restarting) needs no one's vote: campaign now instead of after an election timeout, so
+/// `READY=1` is not delayed by it. With other voters the normal timeout applies.
+async fn campaign_if_sole_voter(node: &ClusterNode, me: u64) {
+    let metrics = node.metrics();
+    let voters: Vec<u64> = metrics.membership_config.membership().voter_ids().collect();
+    if voters == [me] && metrics.state != ServerState::Leader {
+        if let Err(e) = node.raft.trigger().elect().await {
+            tracing::warn!(component = "raft", "campaigning as the only voter: {e}");
+        }
+    }
+}
+
 /// The API context of a member: the cluster writer and the ReadIndex barrier.
 pub fn api_context(
     node: &Arc<ClusterNode>,
@@ -365,7 +384,39 @@ pub fn api_context(
         .with_reads(Arc::new(ReadIndexBarrier::start(node.clone())))
 }
 
+/// Beats `heartbeat` (the systemd watchdog's liveness signal) once a second while the Raft
+/// core answers, until `shutdown`.
+pub async fn beat_while_core_responds(
+    node: Arc<ClusterNode>,
+    heartbeat: crate::systemd::watchdog::Heartbeat,
+    shutdown: CancellationToken,
+) {
+    while !shutdown.is_cancelled() {
+        if node.core_responds(Duration::from_secs(5)).await {
+            heartbeat.beat();
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// The Raft role as journal entries name it (`RAFT_ROLE=`).
+fn role_name(state: ServerState) -> &'static str {
+    match state {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Learner => "learner",
+        ServerState::Candidate => "candidate",
+        ServerState::Shutdown => "shutdown",
+    }
+}
+
 /// Keeps `/readyz` and sd_notify in step with the Raft state (SPEC H12) until `shutdown`.
+/// Each change of role or term is logged with `COMPONENT=raft`, `RAFT_ROLE=`, `RAFT_TERM=`;
+/// while the entries found in the local log at start-up are being re-applied, the status is
+/// the replay progress (which also extends systemd's start timeout).
 pub async fn readiness_loop(
     node: Arc<ClusterNode>,
     ctx: Arc<ApiContext>,
@@ -374,22 +425,61 @@ pub async fn readiness_loop(
 ) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_role: Option<(ServerState, u64)> = None;
+    // Re-evaluated when the role, leader or term changes (so READY=1 follows an election at
+    // once) and every tick (the "heard from the leader" window ages without any change; the
+    // applied index changes with every write and is only sampled by the tick).
+    let mut changes = node.raft.metrics();
+    let mut last_key = None;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {}
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return; // Raft stopped: the process is shutting down.
+                }
+                let key = {
+                    let m = changes.borrow_and_update();
+                    (m.state, m.current_leader, m.current_term)
+                };
+                if last_key == Some(key) {
+                    continue;
+                }
+            }
         }
         let metrics = node.metrics();
+        last_key = Some((metrics.state, metrics.current_leader, metrics.current_term));
         let applied = metrics.last_applied.map(|l| l.index).unwrap_or(0);
+        let leader_name = match node.leadership() {
+            super::node::Leadership::Other { member, .. } => member.name,
+            super::node::Leadership::Me => node.me.name.clone(),
+            super::node::Leadership::Unknown => String::new(),
+        };
+        if last_role != Some((metrics.state, metrics.current_term)) {
+            last_role = Some((metrics.state, metrics.current_term));
+            tracing::info!(
+                component = "raft",
+                raft_term = metrics.current_term,
+                raft_role = role_name(metrics.state),
+                raft_leader = %leader_name,
+                applied,
+                "{} in term {}",
+                role_name(metrics.state),
+                metrics.current_term
+            );
+        }
         match node.readiness() {
             Ok(()) => {
                 if !ctx.ready.swap(true, Ordering::SeqCst) {
-                    tracing::info!(term = metrics.current_term, applied, "ready");
+                    tracing::info!(
+                        component = "raft",
+                        raft_term = metrics.current_term,
+                        raft_role = role_name(metrics.state),
+                        applied,
+                        "ready"
+                    );
                 }
-                let leader_name = match node.leadership() {
-                    super::node::Leadership::Other { member, .. } => member.name,
-                    _ => String::new(),
-                };
                 let role = match metrics.state {
                     ServerState::Leader => Role::Leader,
                     ServerState::Learner => Role::Learner {
@@ -410,9 +500,31 @@ pub async fn readiness_loop(
             }
             Err(why) => {
                 if ctx.ready.swap(false, Ordering::SeqCst) {
-                    tracing::info!(reason = %why, "not ready");
+                    tracing::info!(
+                        component = "raft",
+                        raft_term = metrics.current_term,
+                        raft_role = role_name(metrics.state),
+                        reason = %why,
+                        "not ready"
+                    );
                 }
-                reporter.set(Readiness::Waiting { why }, "not in step with a leader");
+                match node.startup_last_log {
+                    _ if node.snapshot_progress().is_some() => reporter.set(
+                        Readiness::InstallingSnapshot {
+                            done: node.snapshot_progress().unwrap_or(0),
+                            total: 0,
+                        },
+                        "receiving a snapshot from the leader",
+                    ),
+                    Some(total) if applied < total && !reporter.ready_sent() => reporter.set(
+                        Readiness::ReplayingLog {
+                            done: applied,
+                            total,
+                        },
+                        "re-applying the local log",
+                    ),
+                    _ => reporter.set(Readiness::Waiting { why }, "not in step with a leader"),
+                }
             }
         }
     }

@@ -43,34 +43,34 @@ pub async fn run(settings: ServerSettings) -> Result<(), ServerError> {
             shutdown.clone().cancelled_owned(),
         ));
     }
+    // The loop that proves liveness beats `heartbeat` (see `run_until`); WATCHDOG=1 is sent
+    // only while it does.
+    let heartbeat = watchdog::Heartbeat::new();
     if let Some(interval) = notify::watchdog_interval() {
-        let heartbeat = watchdog::Heartbeat::new();
-        let beating = heartbeat.clone();
-        let stop = shutdown.clone();
-        // Single server: the runtime staying responsive is the liveness signal; the Raft
-        // state loop beats instead once clustering lands.
-        tokio::spawn(async move {
-            while !stop.is_cancelled() {
-                beating.beat();
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            }
-        });
         tokio::spawn(watchdog::run_watchdog(
             reporter.notifier().clone(),
             interval,
-            heartbeat,
+            heartbeat.clone(),
             shutdown.clone().cancelled_owned(),
         ));
     }
-    run_until(settings, shutdown, reporter).await
+    run_until(settings, shutdown, reporter, heartbeat).await
 }
 
 /// Runs the API server until `shutdown` fires (tests and embedders drive this directly).
+/// `heartbeat` is beaten by the loop whose liveness the systemd watchdog checks: the Raft core
+/// of a cluster member (`cluster::start::beat_while_core_responds`), the API runtime of a
+/// single server.
 pub async fn run_until(
     settings: ServerSettings,
     shutdown: CancellationToken,
     readiness: Arc<crate::systemd::readiness::ReadinessReporter>,
+    heartbeat: crate::systemd::watchdog::Heartbeat,
 ) -> Result<(), ServerError> {
+    // Until a Raft core exists, the API runtime staying responsive is the liveness signal
+    // (it covers WAL replay and joining); a single server keeps it for good.
+    let runtime_beat = shutdown.child_token();
+    tokio::spawn(beat_while_running(heartbeat.clone(), runtime_beat.clone()));
     let dir = DataDir::prepare(&settings.data_dir)?;
     let cluster_dir = ClusterDir::new(dir.root());
     let mode = cluster_start::decide(&settings, &cluster_dir)?;
@@ -158,6 +158,7 @@ pub async fn run_until(
     };
     let serving = tokio::spawn(listener.run(shutdown.clone()));
     tracing::info!(
+        component = "server",
         listen = %bound,
         kubeconfig = %settings.kubeconfig.display(),
         name = %settings.name,
@@ -176,7 +177,8 @@ pub async fn run_until(
                 shutdown.clone(),
             ));
             ctx.ready.store(true, Ordering::SeqCst);
-            tracing::info!("ready");
+            tracing::info!(component = "server", "ready");
+
             readiness.set(
                 crate::systemd::readiness::Readiness::Ready {
                     role: crate::systemd::readiness::Role::Single,
@@ -191,6 +193,12 @@ pub async fn run_until(
                 started.node.clone(),
                 store.clone(),
                 api_settings,
+                shutdown.clone(),
+            ));
+            runtime_beat.cancel();
+            tokio::spawn(cluster_start::beat_while_core_responds(
+                started.node.clone(),
+                heartbeat.clone(),
                 shutdown.clone(),
             ));
             tokio::spawn(cluster_start::readiness_loop(
@@ -217,8 +225,22 @@ pub async fn run_until(
         crate::cluster::handoff::hand_off(&started.node).await;
         started.node.shutdown().await;
     }
-    tracing::info!("stopped");
+    tracing::info!(component = "server", "stopped");
     Ok(())
+}
+
+/// Beats `heartbeat` every second until `stop`: proof that the runtime runs its tasks.
+async fn beat_while_running(
+    heartbeat: crate::systemd::watchdog::Heartbeat,
+    stop: CancellationToken,
+) {
+    while !stop.is_cancelled() {
+        heartbeat.beat();
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+    }
 }
 
 /// Replays objects.wal into `store` (single server).
@@ -233,13 +255,29 @@ async fn open_wal(
         crate::systemd::readiness::Readiness::ReplayingLog { done: 0, total: 0 },
         "opening objects.wal",
     );
-    // Replay is synchronous disk work; keep it off the async workers.
-    let (writer, report) = tokio::task::spawn_blocking(move || {
+    // Replay is synchronous disk work; keep it off the async workers. Meanwhile report how
+    // far it got (each report also extends systemd's start timeout).
+    let mut replay = tokio::task::spawn_blocking(move || {
         WalWriter::open(&data_dir, wal_store, WalConfig::default())
-    })
-    .await
-    .map_err(|e| ServerError::Bootstrap(format!("WAL replay task failed: {e}")))??;
+    });
+    let mut progress = tokio::time::interval(std::time::Duration::from_millis(500));
+    progress.tick().await;
+    let replayed = loop {
+        tokio::select! {
+            done = &mut replay => break done,
+            _ = progress.tick() => readiness.set(
+                crate::systemd::readiness::Readiness::ReplayingLog {
+                    done: store.resource_version(),
+                    total: 0,
+                },
+                "replaying objects.wal",
+            ),
+        }
+    };
+    let (writer, report) =
+        replayed.map_err(|e| ServerError::Bootstrap(format!("WAL replay task failed: {e}")))??;
     tracing::info!(
+        component = "store",
         checkpoint_objects = report.checkpoint_objects,
         replayed = report.replayed_mutations,
         resource_version = store.resource_version(),
@@ -265,7 +303,7 @@ fn spawn_signal_handler(
             _ = term.recv() => "SIGTERM",
             _ = int.recv() => "SIGINT",
         };
-        tracing::info!(signal = name, "shutting down");
+        tracing::info!(component = "server", signal = name, "shutting down");
         reporter.set(crate::systemd::readiness::Readiness::Stopping, name);
         shutdown.cancel();
     });

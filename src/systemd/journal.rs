@@ -10,7 +10,7 @@
 //!
 //! - `COMPONENT`: `component = "raft"` (also `api`, `store`, `systemd`, `server`), on the
 //!   span that runs the subsystem, e.g. `tracing::info_span!("raft", component = "raft")`.
-//! - `NODE_NAME`: `node_name = %name` on the server's root span.
+//! - `NODE_NAME`: added to every entry by [`init`] (`--name`, default the hostname).
 //! - `RAFT_TERM`, `RAFT_ROLE`: `raft_term = term, raft_role = %role` on Raft events (or
 //!   declared `Empty` on the raft span and filled with `span.record(..)`).
 //!
@@ -109,8 +109,13 @@ pub fn journal_stream_matches(value: &str, dev: u64, ino: u64) -> bool {
 /// `RUST_LOG` or `LITEK8S_LOG`) and returns the handle that changes it later.
 ///
 /// Journald is used when stderr is the journal and the journal socket answers; otherwise
-/// plain text on stderr (falling back is logged once, at warn).
-pub fn init(filter: &str, syslog_identifier: &str) -> Result<LogHandle, LogError> {
+/// plain text on stderr (falling back is logged once, at warn). `constant_fields` (e.g.
+/// `NODE_NAME`) go into every journal entry; stderr lines leave them out.
+pub fn init(
+    filter: &str,
+    syslog_identifier: &str,
+    constant_fields: &[(&str, String)],
+) -> Result<LogHandle, LogError> {
     let (filter_layer, handle) = reload::Layer::new(parse_filter(filter)?);
     let mut fallback_reason = None;
     let journald = if stderr_is_journal() {
@@ -118,7 +123,12 @@ pub fn init(filter: &str, syslog_identifier: &str) -> Result<LogHandle, LogError
             Ok(layer) => Some(
                 layer
                     .with_field_prefix(None)
-                    .with_syslog_identifier(syslog_identifier.to_owned()),
+                    .with_syslog_identifier(syslog_identifier.to_owned())
+                    .with_custom_fields(
+                        constant_fields
+                            .iter()
+                            .map(|(name, value)| (*name, value.as_bytes())),
+                    ),
             ),
             Err(err) => {
                 fallback_reason = Some(err.to_string());

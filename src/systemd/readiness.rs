@@ -40,12 +40,13 @@ pub enum Role {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Readiness {
     Starting,
-    /// Replaying the local log/WAL: `done` of `total` entries.
+    /// Replaying the local log/WAL: `done` of `total` entries (`total` 0: not known ahead,
+    /// `done` is what has been applied so far).
     ReplayingLog {
         done: u64,
         total: u64,
     },
-    /// Receiving a snapshot from the leader: `done` of `total` bytes.
+    /// Receiving a snapshot from the leader: `done` of `total` bytes (`total` 0: not known).
     InstallingSnapshot {
         done: u64,
         total: u64,
@@ -89,7 +90,13 @@ impl fmt::Display for Readiness {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Readiness::Starting => write!(f, "starting"),
+            Readiness::ReplayingLog { done, total: 0 } => {
+                write!(f, "replaying log, {done} applied")
+            }
             Readiness::ReplayingLog { done, total } => write!(f, "replaying log {done}/{total}"),
+            Readiness::InstallingSnapshot { done, total: 0 } => {
+                write!(f, "installing snapshot, {done} bytes received")
+            }
             Readiness::InstallingSnapshot { done, total } => {
                 write!(f, "installing snapshot {done}/{total} bytes")
             }
@@ -375,5 +382,18 @@ mod tests {
             total: 20,
         };
         assert_eq!(snap.to_string(), "installing snapshot 10/20 bytes");
+        let wal = Readiness::ReplayingLog {
+            done: 41000,
+            total: 0,
+        };
+        assert_eq!(wal.to_string(), "replaying log, 41000 applied");
+        let receiving = Readiness::InstallingSnapshot {
+            done: 1048576,
+            total: 0,
+        };
+        assert_eq!(
+            receiving.to_string(),
+            "installing snapshot, 1048576 bytes received"
+        );
     }
 }

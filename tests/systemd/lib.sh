@@ -128,3 +128,39 @@ cleanup_containers() {
     fi
     SCRATCH=()
 }
+
+# --- 3-server cluster ---------------------------------------------------------------------
+# Each container has its own network namespace lksd-N holding one end of a veth pair whose
+# other end is a port of the bridge lksdbr here (10.78.0.254); member N is 10.78.0.N with a
+# default route through the bridge, so the prestart hook finds its node IP the way it does on
+# a real host. (tests/netns_lab uses 10.77.0.0/24 and lkpbr; this stays clear of it.) Used by
+# tests/systemd/run.sh cluster and bench/systemd.sh.
+NET_BRIDGE=lksdbr
+NET_PREFIX=10.78.0
+net_up() {
+    net_down
+    ip link add "$NET_BRIDGE" type bridge
+    ip addr add "$NET_PREFIX.254/24" dev "$NET_BRIDGE"
+    ip link set "$NET_BRIDGE" up
+    local n
+    for n in 1 2 3; do
+        ip netns add "lksd-$n"
+        ip link add "lksd$n-h" type veth peer name "lksd$n-c"
+        ip link set "lksd$n-h" master "$NET_BRIDGE"
+        ip link set "lksd$n-h" up
+        ip link set "lksd$n-c" netns "lksd-$n"
+        ip -n "lksd-$n" link set "lksd$n-c" name eth0
+        ip -n "lksd-$n" addr add "$NET_PREFIX.$n/24" dev eth0
+        ip -n "lksd-$n" link set eth0 up
+        ip -n "lksd-$n" link set lo up
+        ip -n "lksd-$n" route add default via "$NET_PREFIX.254"
+    done
+}
+net_down() {
+    local n
+    for n in 1 2 3; do
+        ip netns del "lksd-$n" 2>/dev/null || true
+        ip link del "lksd$n-h" 2>/dev/null || true
+    done
+    ip link del "$NET_BRIDGE" 2>/dev/null || true
+}

@@ -9,7 +9,11 @@
 #         reload, stop, purge leaves no file behind.
 # golden  install into a rootfs without booting it (an OS image), check it holds no secret
 #         and no identity, copy it twice, boot both: different tokens, CAs and machine-ids.
-# cluster three servers on a bridge (needs the HA cluster: skipped until it exists).
+# cluster three servers, each booted in its own network namespace on a bridge: lk1 starts the
+#         cluster (defaults file as shipped), lk2 and lk3 join it as docs/install.md says;
+#         active only once READY, Raft status lines, structured journal entries, kubectl get
+#         leases through each, stopping the leader's unit leaves the others serving writes,
+#         purge leaves no file behind. Lines 'TIMING ...' report start-to-active times.
 #
 # Without --debs the packages are built first (packaging/build-packages.sh). Needs root.
 # Every wait is bounded; containers are powered off and removed on exit (LITEK8S_TEST_KEEP=1
@@ -30,6 +34,8 @@ while (($#)); do
     esac
 done
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap, nspawn)"
+KUBECTL=${KUBECTL:-$(command -v kubectl || true)}
+[ -n "$KUBECTL" ] || die "kubectl not found (set KUBECTL=/path/to/kubectl)"
 
 passed=0
 failed=0
@@ -107,15 +113,20 @@ test_single() {
     fi
     check "systemctl is-active: active" in_ct "$pid" systemctl is-active -q litek8s-server
     status=$(in_ct "$pid" systemctl show -p StatusText --value litek8s-server 2>/dev/null || true)
-    if [ -n "$status" ]; then pass "status line: '$status'"; else fail "no STATUS= line in systemctl show -p StatusText"; fi
+    if grep -Eq '^leader, term [0-9]+, applied [0-9]+, ready$|^single server, applied [0-9]+, ready$' <<<"$status"; then
+        pass "status line: '$status'"
+    else
+        fail "StatusText is not a ready Raft status: '$status'"
+    fi
     check "systemctl status shows it" sh -c "nsenter -t $pid -a systemctl status --no-pager litek8s-server | grep -q 'Status: \"'"
     check "journalctl -u litek8s-server has entries" sh -c "[ \$(nsenter -t $pid -a journalctl -u litek8s-server -q --no-pager -o cat | wc -l) -gt 0 ]"
     check "journal has structured COMPONENT= entries" sh -c "nsenter -t $pid -a journalctl -u litek8s-server -q --no-pager COMPONENT=systemd -o cat | grep -q ."
+    check "journal entries carry NODE_NAME=lk-single" sh -c "nsenter -t $pid -a journalctl -u litek8s-server -q --no-pager COMPONENT=server NODE_NAME=lk-single -o cat | grep -q ."
     check "token generated at first start, 0600" sh -c "[ \$(stat -c %a '$dir/etc/litek8s/server.env') = 600 ]"
     if [ -f "$dir/etc/litek8s/kubeconfig.yaml" ]; then
         # kubectl from the host inside the container's network namespace.
         check "kubectl get leases -A" timeout 30 nsenter -t "$pid" -n \
-            kubectl --kubeconfig "$dir/etc/litek8s/kubeconfig.yaml" get leases -A
+            "$KUBECTL" --kubeconfig "$dir/etc/litek8s/kubeconfig.yaml" get leases -A
     else
         fail "no /etc/litek8s/kubeconfig.yaml written"
     fi
@@ -214,18 +225,166 @@ test_golden() {
     check "clone b active" in_ct "$pb" systemctl is-active -q litek8s-server
 }
 
+# kubectl inside container PID's network namespace with its admin kubeconfig (DIR/etc/...).
+kubectl_in() { # PID DIR ARGS...
+    local pid=$1 dir=$2; shift 2
+    timeout 30 nsenter -t "$pid" -n "$KUBECTL" --kubeconfig "$dir/etc/litek8s/kubeconfig.yaml" \
+        --request-timeout=10s "$@"
+}
+
+status_of() { in_ct "$1" systemctl show -p StatusText --value litek8s-server 2>/dev/null || true; }
+
+# Retries a write through container PID until it succeeds (bounded: an election after the
+# leader stops takes a few seconds).
+write_through() { # PID DIR NAME
+    local i
+    for i in $(seq 1 30); do
+        kubectl_in "$1" "$2" create configmap "$3" -n default --from-literal=k=v >/dev/null 2>&1 && return 0
+        kubectl_in "$1" "$2" get configmap "$3" -n default >/dev/null 2>&1 && return 0
+        sleep 1
+    done
+    return 1
+}
+
 test_cluster() {
     log "== 3-server cluster"
-    # Slot for the HA cluster (issue 5). Shape, with lib.sh's boot():
-    #   ip link add lk-br0 type bridge; ip addr add 10.77.0.254/24 dev lk-br0; ip link set lk-br0 up
-    #   for n in 1 2 3: ip netns add lk$n; veth pair lk$n-host/lk$n-ct, host end on lk-br0,
-    #     ct end moved into lk$n with 10.77.0.$n/24; boot lk$n DIR --network-namespace-path=/run/netns/lk$n
-    #   lk1: default config (cluster-init); lk2, lk3: LITEK8S_SERVER_URL=https://10.77.0.1:6443 in
-    #     /etc/default/litek8s-server and lk1's join-token as LITEK8S_TOKEN in /etc/litek8s/server.env
-    #   enable --now on each; is-active only once READY; StatusText shows leader/follower;
-    #   kubectl get leases -A through each; stop the leader: the other two keep serving writes.
-    #   cleanup: ip netns del lk$n; ip link del lk-br0
-    log "skipped: the HA cluster (issue 5) does not exist yet"
+    trap 'cleanup_containers; net_down' EXIT INT TERM
+    net_up || { fail "network namespaces and bridge"; return; }
+    local n dir pid t ms status token leader=""
+    local -a dirs pids befores
+    for n in 1 2 3; do
+        dir=$(copy_rootfs "lk$n")
+        boot "lk$n" "$dir" "--network-namespace-path=/run/netns/lksd-$n"
+        dirs[n]=$dir pids[n]=$BOOT_PID
+        befores[n]=$(file_list "$dir")
+        if install_pkgs "$dir" "$BOOT_PID" >"$LITEK8S_TEST_WORK/lk$n.apt.log" 2>&1; then
+            pass "lk$n: apt install ./litek8s_*.deb ./litek8s-server_*.deb"
+        else
+            fail "lk$n: apt install (see $LITEK8S_TEST_WORK/lk$n.apt.log)"; return
+        fi
+    done
+
+    # lk1: the defaults file as shipped (no LITEK8S_SERVER_URL) -> cluster-init.
+    pid=${pids[1]} dir=${dirs[1]}
+    t=$(date +%s%N)
+    if in_ct "$pid" timeout 110 systemctl enable --now litek8s-server >/dev/null 2>&1; then
+        ms=$(( ($(date +%s%N) - t) / 1000000 ))
+        pass "lk1: enable --now (cluster-init) returned once ready, $ms ms"
+        echo "TIMING cluster-init enable --now: $ms ms"
+    else
+        fail "lk1: systemctl enable --now litek8s-server"; show_journal "$pid"; return
+    fi
+    status=$(status_of "$pid")
+    check "lk1: status line 'leader, term N, applied M, ready' ($status)" \
+        grep -Eq '^leader, term [0-9]+, applied [0-9]+, ready$' <<<"$status"
+    check "lk1: join token in /var/lib/litek8s/apiserver/join-token" \
+        grep -q '^K10[0-9a-f]*::server:' "$dir/var/lib/litek8s/apiserver/join-token"
+    token=$(cat "$dir/var/lib/litek8s/apiserver/join-token" 2>/dev/null || true)
+
+    # lk2, lk3: join lk1 the way docs/install.md says.
+    for n in 2 3; do
+        pid=${pids[n]} dir=${dirs[n]}
+        in_ct "$pid" sh -c "echo 'LITEK8S_SERVER_URL=https://$NET_PREFIX.1:6443' >> /etc/default/litek8s-server
+            install -d -m 0700 /etc/litek8s
+            install -m 0600 /dev/null /etc/litek8s/server.env
+            echo 'LITEK8S_TOKEN=$token' > /etc/litek8s/server.env" \
+            || fail "lk$n: configuring the join"
+        in_ct "$pid" systemctl enable litek8s-server >/dev/null 2>&1 || fail "lk$n: enable"
+        # Start without waiting and watch: the unit may be active only with a ready status.
+        t=$(date +%s%N)
+        in_ct "$pid" systemctl start --no-block litek8s-server
+        local state="" seen_activating=0 i
+        for i in $(seq 1 600); do
+            state=$(in_ct "$pid" systemctl show -p ActiveState --value litek8s-server 2>/dev/null || true)
+            [ "$state" = activating ] && seen_activating=1
+            [ "$state" = active ] || [ "$state" = failed ] && break
+            sleep 0.1
+        done
+        ms=$(( ($(date +%s%N) - t) / 1000000 ))
+        status=$(status_of "$pid")
+        if [ "$state" = active ]; then
+            pass "lk$n: active after $ms ms (join)"
+            echo "TIMING join lk$n start -> active: $ms ms"
+        else
+            fail "lk$n: not active ($state)"; show_journal "$pid"; continue
+        fi
+        check "lk$n: was 'activating' before READY=1" test "$seen_activating" = 1
+        check "lk$n: active with a ready Raft status ($status)" \
+            grep -Eq '^(follower|learner) of lk1, term [0-9]+, applied [0-9]+, ready$' <<<"$status"
+        check "lk$n: systemctl status shows the Raft status line" \
+            sh -c "nsenter -t $pid -a systemctl status --no-pager litek8s-server | grep -Eq 'Status: \"(follower|learner) of lk1, term'"
+        check "lk$n: journal says it joined (STATUS 'joining')" \
+            sh -c "nsenter -t $pid -a journalctl -u litek8s-server -q --no-pager -o cat | grep -q 'joined the cluster'"
+    done
+
+    # Structured journal entries on every member.
+    for n in 1 2 3; do
+        pid=${pids[n]}
+        check "lk$n: journalctl COMPONENT=raft NODE_NAME=lk$n has entries" \
+            sh -c "nsenter -t $pid -a journalctl -u litek8s-server -q --no-pager COMPONENT=raft NODE_NAME=lk$n -o cat | grep -q ."
+        check "lk$n: raft entries carry RAFT_TERM and RAFT_ROLE" \
+            sh -c "nsenter -t $pid -a journalctl -u litek8s-server -q --no-pager COMPONENT=raft -o verbose | grep -q '^ *RAFT_TERM=[0-9]' && nsenter -t $pid -a journalctl -u litek8s-server -q --no-pager COMPONENT=raft -o verbose | grep -Eq '^ *RAFT_ROLE=(leader|follower|learner)'"
+    done
+    check "lk1: journalctl RAFT_ROLE=leader has entries" \
+        sh -c "nsenter -t ${pids[1]} -a journalctl -u litek8s-server -q --no-pager RAFT_ROLE=leader -o cat | grep -q ."
+
+    # Reads through every server; every member's Lease is there.
+    for n in 1 2 3; do
+        local out
+        if out=$(kubectl_in "${pids[n]}" "${dirs[n]}" get leases -A 2>&1); then
+            if grep -q litek8s-apiserver-lk1 <<<"$out" && grep -q litek8s-apiserver-lk2 <<<"$out" \
+                && grep -q litek8s-apiserver-lk3 <<<"$out"; then
+                pass "lk$n: kubectl get leases -A shows the three apiserver Leases"
+            else
+                fail "lk$n: kubectl get leases -A lacks a member's Lease: $out"
+            fi
+        else
+            fail "lk$n: kubectl get leases -A: $out"
+        fi
+    done
+
+    # Stop the leader's unit: the other two keep serving writes.
+    for n in 1 2 3; do
+        grep -q '^leader, ' <<<"$(status_of "${pids[n]}")" && leader=$n
+    done
+    if [ -z "$leader" ]; then
+        fail "no container reports 'leader, ...'"
+    else
+        check "lk$leader (leader): systemctl stop litek8s-server" in_ct "${pids[leader]}" timeout 70 systemctl stop litek8s-server
+        check "lk$leader: stopped cleanly" sh -c "[ \"\$(nsenter -t ${pids[leader]} -a systemctl is-failed litek8s-server)\" != failed ]"
+        for n in 1 2 3; do
+            [ "$n" = "$leader" ] && continue
+            check "lk$n: accepts writes with lk$leader stopped" write_through "${pids[n]}" "${dirs[n]}" "after-stop-via-lk$n"
+        done
+        for n in 1 2 3; do
+            [ "$n" = "$leader" ] && continue
+            check "lk$n: reads the write made through the other survivor" \
+                kubectl_in "${pids[n]}" "${dirs[n]}" get configmap -n default "after-stop-via-lk$(( 6 - leader - n ))"
+            status=$(status_of "${pids[n]}")
+            check "lk$n: status follows the new Raft state ($status)" \
+                grep -Eq '^(leader|follower of lk[0-9]), term [0-9]+, applied [0-9]+, ready$' <<<"$status"
+        done
+    fi
+
+    # Purge everywhere: no file left behind.
+    for n in 1 2 3; do
+        pid=${pids[n]} dir=${dirs[n]}
+        in_ct "$pid" systemctl stop litek8s-server >/dev/null 2>&1 || true
+        if in_ct "$pid" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q litek8s-server litek8s \
+            >>"$LITEK8S_TEST_WORK/lk$n.apt.log" 2>&1; then
+            if [ "${befores[n]}" = "$(file_list "$dir")" ]; then
+                pass "lk$n: apt purge left no file behind"
+            else
+                fail "lk$n: apt purge left files behind:"
+                diff <(echo "${befores[n]}") <(file_list "$dir") >&2 || true
+            fi
+        else
+            fail "lk$n: apt purge (see $LITEK8S_TEST_WORK/lk$n.apt.log)"
+        fi
+    done
+    cleanup_containers
+    net_down
+    trap 'cleanup_containers' EXIT INT TERM
 }
 
 case $what in
