@@ -75,6 +75,11 @@ pub fn listeners(settings: &LbSettings) -> anyhow::Result<Listeners> {
 
 /// Runs the balancer until SIGTERM or SIGINT.
 pub async fn run(settings: LbSettings, listeners: Listeners) -> anyhow::Result<()> {
+    // Before anything is served: a SIGTERM must never meet the default action (instant
+    // death with connections in flight).
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let notifier = Notifier::from_env();
     let state_file = settings.state_dir.as_deref().map(StateFile::in_dir);
     let remembered = match &state_file {
@@ -144,7 +149,7 @@ pub async fn run(settings: LbSettings, listeners: Listeners) -> anyhow::Result<(
         notifier.clone(),
         stop.clone(),
     ));
-    tasks.spawn(proxy::serve(
+    let accepting = tokio::spawn(proxy::serve(
         clients,
         balancer.clone(),
         settings.proxy.clone(),
@@ -165,7 +170,10 @@ pub async fn run(settings: LbSettings, listeners: Listeners) -> anyhow::Result<(
     );
     notifier.ready(&format!("balancing {local}"));
 
-    wait_for_signal().await?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
     let open = balancer.status().open;
     tracing::info!(
         "stopping: no new connections; waiting up to {:?} for {open} open connection(s)",
@@ -173,6 +181,9 @@ pub async fn run(settings: LbSettings, listeners: Listeners) -> anyhow::Result<(
     );
     notifier.stopping("draining connections");
     stop.cancel();
+    // The accept loop first: a connection it accepted just now is tracked before the drain
+    // looks at the tracker, so it is served, not cut by the runtime's shutdown.
+    let _ = accepting.await;
     tracker.close();
     if tokio::time::timeout(settings.drain_timeout, tracker.wait())
         .await
@@ -186,16 +197,5 @@ pub async fn run(settings: LbSettings, listeners: Listeners) -> anyhow::Result<(
         tracker.wait().await;
     }
     while tasks.join_next().await.is_some() {}
-    Ok(())
-}
-
-async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
     Ok(())
 }

@@ -33,16 +33,7 @@ impl Lb {
     /// Starts a balancer for `servers` (URLs) with its state in `dir`; waits until its
     /// status port answers.
     pub fn start(dir: &Path, servers: &[String], extra: &[&str]) -> Lb {
-        let mut lb = Lb {
-            listen: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            status: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            state_dir: dir.join("lb-state"),
-            servers: servers.to_vec(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-            log_dir: dir.to_path_buf(),
-            child: None,
-            starts: 0,
-        };
+        let mut lb = Lb::unstarted(dir, servers, extra);
         lb.spawn();
         lb
     }
@@ -81,7 +72,13 @@ impl Lb {
     }
 
     /// Spawns `cmd` as this balancer (logs to a new file) and waits for its status port.
-    pub fn spawn_command(&mut self, mut cmd: Command) {
+    pub fn spawn_command(&mut self, cmd: Command) {
+        self.spawn_only(cmd);
+        self.wait_status();
+    }
+
+    /// Spawns `cmd` as this balancer without waiting for anything.
+    pub fn spawn_only(&mut self, mut cmd: Command) {
         assert!(self.child.is_none(), "lb already running");
         self.starts += 1;
         let log = std::fs::File::create(self.log_path(self.starts)).expect("log file");
@@ -91,6 +88,10 @@ impl Lb {
             .spawn()
             .expect("spawn litek8s lb");
         self.child = Some(child);
+    }
+
+    /// Waits until the status port answers; panics with the log if the process exits.
+    pub fn wait_status(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while self.try_status().is_none() {
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
@@ -103,6 +104,24 @@ impl Lb {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Starts a balancer that is not spawned yet (see [`Lb::spawn_only`]).
+    pub fn unstarted(dir: &Path, servers: &[String], extra: &[&str]) -> Lb {
+        Lb {
+            listen: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            status: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            state_dir: dir.join("lb-state"),
+            servers: servers.to_vec(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            log_dir: dir.to_path_buf(),
+            child: None,
+            starts: 0,
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
     }
 
     pub fn spawn(&mut self) {
