@@ -6,6 +6,7 @@
 //! - [`cli`]: the `litek8s` command and its flags, resolved into settings.
 //! - [`kube`]: the object model and the deterministic store that every write goes through
 //!   (Mutation → Writer → store.apply), `objects.wal`, the resource registry, selectors.
+//! - [`lb`]: the load balancer (`litek8s lb`): health checks, discovery, sticky TCP relay.
 //! - [`api`]: HTTP handlers for the Kubernetes API (discovery, CRUD, watch, tables, errors).
 //! - [`server`]: assembles an API server process (TLS, certificates, tokens, listeners).
 //! - [`raft`]: the Raft log engine and (later) replication for HA clusters.
@@ -17,6 +18,7 @@ pub mod api;
 pub mod cli;
 pub mod cluster;
 pub mod kube;
+pub mod lb;
 pub mod raft;
 pub mod server;
 pub mod storage;

@@ -15,11 +15,17 @@ fn main() -> ExitCode {
             return e.print().map_or(ExitCode::FAILURE, |_| ExitCode::SUCCESS)
         }
         Err(e) => {
+            // The first paragraph on one line: "required arguments were not provided:"
+            // is followed by the arguments on the next lines.
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or_default();
+            let first: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
             eprintln!(
                 "litek8s: {} (see --help)",
-                first.trim_start_matches("error: ")
+                first.join(" ").trim_start_matches("error: ")
             );
             return ExitCode::from(2);
         }

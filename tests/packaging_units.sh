@@ -19,10 +19,11 @@ for cmd in /usr/bin/litek8s /bin/kill /usr/lib/litek8s/litek8s-server-prestart; 
     printf '#!/bin/sh\n' >"$root$cmd"
     chmod +x "$root$cmd"
 done
+# All units first: a service may require its socket (litek8s-lb.service → litek8s-lb.socket).
+cp "$here"/systemd/*.service "$here"/systemd/*.socket "$root/usr/lib/systemd/system/" 2>/dev/null || true
 for unit in "$here"/systemd/*.service "$here"/systemd/*.socket; do
     [ -e "$unit" ] || continue
     name=$(basename "$unit")
-    cp "$unit" "$root/usr/lib/systemd/system/$name"
     if out=$(timeout 60 systemd-analyze verify --man=no --root="$root" "$name" 2>&1) && [ -z "$out" ]; then
         echo "ok   verify $name"
     else

@@ -2,6 +2,7 @@
 //! turned into settings structs here; subcommands receive settings, never raw arguments.
 
 pub mod apiserver;
+pub mod lb;
 pub mod server;
 
 use clap::{Parser, Subcommand};
@@ -33,6 +34,9 @@ pub enum Command {
     Apiserver(apiserver::ApiserverArgs),
     /// List or remove the members of an HA cluster (token from LITEK8S_TOKEN).
     Server(server::ServerArgs),
+    /// Run the load balancer: one address for kubectl in front of an HA cluster.
+    #[command(long_about = lb::LONG_ABOUT)]
+    Lb(lb::LbArgs),
 }
 
 impl Cli {
@@ -67,6 +71,7 @@ impl Cli {
         match self.command {
             Command::Apiserver(args) => args.run(),
             Command::Server(args) => args.run(),
+            Command::Lb(args) => args.run(),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The cluster endpoints of the API port: `/cacerts` for joiners (public: a joiner checks its
-//! hash against the token), and the secret-authenticated join bundle, join, member list and
+//! hash against the token), `/litek8s/v1/apiservers` for load balancers (public: the members'
+//! API addresses, nothing else), and the secret-authenticated join bundle, join, member list and
 //! removal, which run on the leader (forwarded over the Raft listener when this member
 //! follows).
 
@@ -14,7 +15,9 @@ use super::member::Member;
 use super::membership;
 use super::node::{ClusterNode, Leadership};
 use super::peer::PeerError;
-use super::protocol::{api_paths, paths, JoinBundle, JoinRequest, MembershipReply, RemoveRequest};
+use super::protocol::{
+    api_paths, paths, ApiServers, JoinBundle, JoinRequest, MembershipReply, RemoveRequest,
+};
 use crate::api::{response, ApiBody};
 
 /// How long a join may take (a learner catching up with a large store included).
@@ -56,6 +59,9 @@ impl ClusterEndpoints {
                 self.ca_cert.clone(),
             );
         }
+        if path == api_paths::APISERVERS {
+            return json(&self.api_servers());
+        }
         if !tls {
             return text(StatusCode::NOT_FOUND, "use HTTPS");
         }
@@ -88,6 +94,21 @@ impl ClusterEndpoints {
             },
             _ => text(StatusCode::NOT_FOUND, "no such endpoint"),
         }
+    }
+
+    /// The API addresses of the members in this member's view of the membership (voters and
+    /// learners; a balancer checks each one's /readyz before using it).
+    fn api_servers(&self) -> ApiServers {
+        let metrics = self.node.metrics();
+        let mut servers: Vec<String> = metrics
+            .membership_config
+            .nodes()
+            .map(|(_, n)| Member::from_node(n).api)
+            .filter(|api| !api.is_empty())
+            .collect();
+        servers.sort();
+        servers.dedup();
+        ApiServers { servers }
     }
 
     fn bundle(&self) -> JoinBundle {

@@ -24,11 +24,20 @@ pub mod paths {
 pub mod api_paths {
     /// The cluster CA certificate, unauthenticated (the joiner checks its hash).
     pub const CACERTS: &str = "/cacerts";
+    /// The members' API addresses, unauthenticated and read-only, for load balancers
+    /// (`litek8s lb`): addresses only, nothing secret. `{"servers": ["HOST:PORT", ...]}`.
+    pub const APISERVERS: &str = "/litek8s/v1/apiservers";
     /// What a joiner needs before it can start (secret-authenticated).
     pub const BUNDLE: &str = "/litek8s/v1/bundle";
     pub const JOIN: &str = "/litek8s/v1/join";
     pub const MEMBERS: &str = "/litek8s/v1/members";
     pub const REMOVE: &str = "/litek8s/v1/remove";
+}
+
+/// The answer of `/litek8s/v1/apiservers`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ApiServers {
+    pub servers: Vec<String>,
 }
 
 /// A follower's own write, forwarded to the leader, with the follower's client session
