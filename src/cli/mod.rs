@@ -58,7 +58,7 @@ impl Cli {
                     .ok()
                     .and_then(|h| h.into_string().ok())
             }),
-            Command::Server(_) => None,
+            Command::Server(_) | Command::Lb(_) => None,
         };
         let fields: Vec<(&str, String)> = node_name.map(|n| ("NODE_NAME", n)).into_iter().collect();
         crate::systemd::journal::init(&text, "litek8s", &fields)
