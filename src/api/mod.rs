@@ -11,6 +11,8 @@
 //!   (+ `namespace` for namespace deletion): one file per verb.
 //! - `meta`, `validation`, `kinds` (+ `lease`, `cluster_ip`): what every write decides before
 //!   it becomes a Mutation.
+//! - `options`: write options (dryRun, fieldManager, fieldValidation, force) and `Warning`s;
+//!   `ownership`: server-side apply and managedFields (algorithm in `kube::patch::apply`).
 //! - `output`: objects and lists in the requested form; `status`: every error as a `Status`.
 //! - `discovery`, `openapi`, `table`: what kubectl reads besides objects.
 //! - `response`: small response builders.
@@ -30,7 +32,9 @@ pub mod list;
 pub mod meta;
 pub mod namespace;
 pub mod openapi;
+pub mod options;
 pub mod output;
+pub mod ownership;
 pub mod patch;
 pub mod protobuf;
 pub mod request;
