@@ -188,4 +188,39 @@ mod tests {
         let e = patch_kind("application/json").unwrap_err();
         assert_eq!(e.code(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
     }
+
+    #[test]
+    fn patch_errors_map_to_upstream_codes() {
+        let cm = crate::kube::resources::find("", "v1", "configmaps").unwrap();
+        let cases = [
+            (
+                PatchKind::Strategic,
+                PatchError::Unsupported("x".into()),
+                415,
+                "UnsupportedMediaType",
+            ),
+            (
+                PatchKind::Json,
+                PatchError::NotApplicable("test failed".into()),
+                422,
+                "Invalid",
+            ),
+            (
+                PatchKind::Json,
+                PatchError::Malformed("bad op".into()),
+                400,
+                "BadRequest",
+            ),
+            (
+                PatchKind::Strategic,
+                PatchError::NotApplicable("x".into()),
+                422,
+                "Invalid",
+            ),
+        ];
+        for (kind, error, code, reason) in cases {
+            let e = patch_error(cm, "c", kind, error);
+            assert_eq!((e.code().as_u16(), e.reason()), (code, reason), "{kind:?}");
+        }
+    }
 }
