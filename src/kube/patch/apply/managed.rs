@@ -172,6 +172,56 @@ pub fn write(object: &mut Value, mut entries: Vec<Entry>) {
     }
 }
 
+/// Most Update entries an object keeps (kube-apiserver's `DefaultMaxUpdateManagers`).
+pub const MAX_UPDATERS: usize = 10;
+
+/// The manager that collects the oldest Update entries past [`MAX_UPDATERS`].
+pub const ANCIENT_CHANGES: &str = "ancient-changes";
+
+/// Merges the oldest Update entries into one `ancient-changes` entry per apiVersion until at
+/// most `max` remain, as kube-apiserver caps them.
+pub fn cap_updaters(entries: &mut Vec<Entry>, max: usize) {
+    let mut updaters: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].operation == Operation::Update && !entries[i].fields.is_empty())
+        .collect();
+    if updaters.len() <= max {
+        return;
+    }
+    updaters.sort_by(|&a, &b| {
+        entries[a]
+            .time
+            .cmp(&entries[b].time)
+            .then_with(|| entries[a].manager.cmp(&entries[b].manager))
+    });
+    let mut remaining = updaters.len();
+    let mut first_of_version: Vec<(String, usize)> = Vec::new();
+    let mut doomed = Vec::new();
+    for &i in &updaters {
+        if remaining <= max {
+            break;
+        }
+        let version = entries[i].api_version.clone();
+        match first_of_version.iter().find(|(v, _)| *v == version) {
+            Some(&(_, first)) => {
+                let fields = entries[i].fields.clone();
+                let time = entries[i].time.clone();
+                let bucket = &mut entries[first];
+                bucket.manager = ANCIENT_CHANGES.into();
+                bucket.subresource = String::new();
+                bucket.fields = bucket.fields.union(&fields);
+                bucket.time = time;
+                doomed.push(i);
+                remaining -= 1;
+            }
+            None => first_of_version.push((version, i)),
+        }
+    }
+    doomed.sort_unstable();
+    for i in doomed.into_iter().rev() {
+        entries.remove(i);
+    }
+}
+
 /// The manager name of a non-apply write: `fieldManager`, else the User-Agent up to its first
 /// `/` (printable characters, at most 128), as kube-apiserver derives it.
 pub fn manager_or_user_agent(field_manager: Option<&str>, user_agent: &str) -> String {
@@ -214,6 +264,36 @@ mod tests {
         );
         assert_eq!(read(&json!({"metadata": {}})), Ok(Recorded::Absent));
         assert!(read(&json!({"metadata": {"managedFields": [{"operation": "X"}]}})).is_err());
+    }
+
+    #[test]
+    fn updaters_are_capped() {
+        let mut entries: Vec<Entry> = (0..13)
+            .map(|i| {
+                let mut fields = FieldSet::new();
+                fields.insert(&[super::super::PathElement::Field(format!("f{i}"))]);
+                Entry {
+                    manager: format!("m{i:02}"),
+                    operation: Operation::Update,
+                    api_version: "v1".into(),
+                    time: Some(format!("2024-01-01T00:00:{i:02}Z")),
+                    subresource: String::new(),
+                    fields,
+                }
+            })
+            .collect();
+        cap_updaters(&mut entries, MAX_UPDATERS);
+        assert_eq!(entries.len(), MAX_UPDATERS);
+        let bucket = entries
+            .iter()
+            .find(|e| e.manager == ANCIENT_CHANGES)
+            .unwrap();
+        assert_eq!(bucket.fields.paths().len(), 4);
+        assert_eq!(bucket.time.as_deref(), Some("2024-01-01T00:00:03Z"));
+        assert!(!entries
+            .iter()
+            .any(|e| e.manager == "m00" || e.manager == "m03"));
+        assert!(entries.iter().any(|e| e.manager == "m04"));
     }
 
     #[test]

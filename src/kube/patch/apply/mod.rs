@@ -23,6 +23,7 @@
 //!   write added or changed go to the writer's Update entry and leave every other manager;
 //!   removed fields leave every manager. An object that exists without managedFields stays
 //!   untracked (as upstream); a write may replace the entries, or reset them with `[]` or `[{}]`.
+//!   Past ten Update entries the oldest merge into one `ancient-changes` entry.
 //! - `apiVersion`, `kind` and server-owned metadata (name, namespace, uid, resourceVersion,
 //!   generation, creationTimestamp, managedFields) are never owned. On the main resource of a
 //!   kind with a status subresource `status` is never owned; on `/status` only `status` is.
@@ -256,6 +257,7 @@ pub fn apply(
         }
     }
     entries.push(me);
+    managed::cap_updaters(&mut entries, managed::MAX_UPDATERS);
     managed::write(&mut merged, entries);
     Ok(merged)
 }
@@ -357,6 +359,7 @@ pub fn record_update(ctx: &WriteContext<'_>, old: Option<&Value>, new: &mut Valu
         }
     }
     entries.push(me);
+    managed::cap_updaters(&mut entries, managed::MAX_UPDATERS);
     managed::write(new, entries);
 }
 
