@@ -7,8 +7,8 @@
 //! p50, p99); a list of 10,000 ConfigMaps; the delay from a write to its event at 1,000 open
 //! watches; the server's RSS idle and holding 10,000 ConfigMaps; restart time (to /readyz) with
 //! 100,000 mutations in objects.wal; strategic merge PATCH and server-side apply at 16
-//! connections, of Deployments or, with `LITEK8S_BENCH_PATCH_RESOURCE=configmaps`, of
-//! ConfigMaps (the default falls back to ConfigMaps when the server serves no Deployments).
+//! connections, of Deployments (`LITEK8S_BENCH_PATCH_RESOURCE=pods` or `configmaps` picks
+//! another kind; without served Deployments the default is Pods).
 //! Prints a table with the core count and writes it as
 //! Markdown to the path given as the first argument (default bench/API.md).
 
@@ -166,6 +166,9 @@ const PATCH_CONNS: usize = 16;
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum PatchTarget {
     ConfigMaps,
+    /// A pod carries the same keyed lists as a Deployment's template (stand-in until
+    /// Deployments are served).
+    Pods,
     Deployments,
 }
 
@@ -173,6 +176,7 @@ impl PatchTarget {
     fn collection(self, ns: &str) -> String {
         match self {
             PatchTarget::ConfigMaps => format!("/api/v1/namespaces/{ns}/configmaps"),
+            PatchTarget::Pods => format!("/api/v1/namespaces/{ns}/pods"),
             PatchTarget::Deployments => format!("/apis/apps/v1/namespaces/{ns}/deployments"),
         }
     }
@@ -180,6 +184,7 @@ impl PatchTarget {
     fn label(self) -> &'static str {
         match self {
             PatchTarget::ConfigMaps => "ConfigMap",
+            PatchTarget::Pods => "Pod",
             PatchTarget::Deployments => "Deployment",
         }
     }
@@ -188,6 +193,13 @@ impl PatchTarget {
     fn object(self, ns: &str, name: &str, version: usize) -> serde_json::Value {
         match self {
             PatchTarget::ConfigMaps => configmap(ns, name, json!({"v": version.to_string()})),
+            PatchTarget::Pods => json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
+                "spec": {"containers": [{"name": "web", "image": format!("nginx:1.{version}"),
+                    "ports": [{"containerPort": 80}],
+                    "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}]}
+            }),
             PatchTarget::Deployments => json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": {"name": name, "namespace": ns},
@@ -204,6 +216,9 @@ impl PatchTarget {
     fn strategic(self, version: usize) -> serde_json::Value {
         match self {
             PatchTarget::ConfigMaps => json!({"data": {"v": version.to_string()}}),
+            PatchTarget::Pods => json!({"spec": {
+                "$setElementOrder/containers": [{"name": "web"}],
+                "containers": [{"name": "web", "image": format!("nginx:1.{version}")}]}}),
             PatchTarget::Deployments => json!({"spec": {"template": {"spec": {
                 "$setElementOrder/containers": [{"name": "web"}],
                 "containers": [{"name": "web", "image": format!("nginx:1.{version}")}]}}}}),
@@ -532,10 +547,11 @@ fn main() {
             .get("/apis/apps/v1")
             .await
             .is_ok_and(|r| r.status == 200 && r.text().contains("\"deployments\""));
-        let target = if wanted == "configmaps" || !deployments_served {
-            PatchTarget::ConfigMaps
-        } else {
-            PatchTarget::Deployments
+        let target = match wanted.as_str() {
+            "configmaps" => PatchTarget::ConfigMaps,
+            "pods" => PatchTarget::Pods,
+            _ if deployments_served => PatchTarget::Deployments,
+            _ => PatchTarget::Pods,
         };
         ensure_namespace(&api, "bench-patch").await;
         for (mode, what) in [
@@ -610,10 +626,11 @@ fn main() {
             .get("/apis/apps/v1")
             .await
             .is_ok_and(|r| r.status == 200 && r.text().contains("\"deployments\""));
-        let target = if wanted == "configmaps" || !deployments_served {
-            PatchTarget::ConfigMaps
-        } else {
-            PatchTarget::Deployments
+        let target = match wanted.as_str() {
+            "configmaps" => PatchTarget::ConfigMaps,
+            "pods" => PatchTarget::Pods,
+            _ if deployments_served => PatchTarget::Deployments,
+            _ => PatchTarget::Pods,
         };
         ensure_namespace(&api, "bench-patch").await;
         for (mode, what) in [

@@ -10,7 +10,7 @@
 //! (`strategic::schema::KindSchema::{list_type, atomic_map}`); schema paths count field names
 //! only, field-set paths count list items too.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
@@ -124,14 +124,14 @@ impl Typed<'_> {
             }
             (Shape::List(list_type), Value::Array(items)) => {
                 let indexed = self.index_items(list_type, items, fp)?;
-                let mut seen: HashMap<String, usize> = HashMap::new();
+                let mut seen: BTreeMap<&PathElement, usize> = BTreeMap::new();
                 for (pe, _) in &indexed {
-                    *seen.entry(format!("{pe:?}")).or_default() += 1;
+                    *seen.entry(pe).or_default() += 1;
                 }
-                for (pe, item) in indexed {
+                for (pe, item) in &indexed {
                     fp.push(pe.clone());
                     // A duplicated item is owned as a whole, never field by field.
-                    if seen.get(&format!("{pe:?}")).copied().unwrap_or(0) < 2 {
+                    if seen.get(pe).copied().unwrap_or(0) < 2 {
                         self.collect(item, sp, fp, out)?;
                     }
                     out.insert(fp);
@@ -195,16 +195,12 @@ impl Typed<'_> {
     ) -> Result<Value, String> {
         let live_items = self.index_items(list_type, live, fp)?;
         let config_items = self.index_items(list_type, config, fp)?;
-        let in_config: HashMap<String, &Value> = config_items
-            .iter()
-            .map(|(pe, v)| (format!("{pe:?}"), *v))
-            .collect();
-        let in_live: HashMap<String, &Value> = live_items
-            .iter()
-            .map(|(pe, v)| (format!("{pe:?}"), *v))
-            .collect();
+        let in_config: BTreeMap<&PathElement, &Value> =
+            config_items.iter().map(|(pe, v)| (pe, *v)).collect();
+        let in_live: BTreeMap<&PathElement, &Value> =
+            live_items.iter().map(|(pe, v)| (pe, *v)).collect();
         let mut out = Vec::with_capacity(live.len() + config.len());
-        let mut placed: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut placed: BTreeSet<&PathElement> = BTreeSet::new();
         let mut config_cursor = 0;
         // Emits configuration items up to and including the next one also on the server.
         let mut emit_config_until_shared = |out: &mut Vec<Value>,
@@ -215,26 +211,24 @@ impl Typed<'_> {
             while *cursor < config_items.len() {
                 let (pe, item) = &config_items[*cursor];
                 *cursor += 1;
-                let id = format!("{pe:?}");
-                if !placed.insert(id.clone()) {
+                if !placed.insert(pe) {
                     continue;
                 }
                 fp.push(pe.clone());
-                let merged = match in_live.get(&id) {
+                let merged = match in_live.get(pe) {
                     Some(prior) => self.merge_at(prior, item, sp, fp)?,
                     None => strip_nulls(item),
                 };
                 fp.pop();
                 out.push(merged);
-                if in_live.contains_key(&id) {
+                if in_live.contains_key(pe) {
                     break;
                 }
             }
             Ok(())
         };
         for (pe, item) in &live_items {
-            let id = format!("{pe:?}");
-            if in_config.contains_key(&id) {
+            if in_config.contains_key(pe) {
                 emit_config_until_shared(&mut out, &mut config_cursor, fp, sp)?;
             } else {
                 out.push((*item).clone());
@@ -311,17 +305,13 @@ impl Typed<'_> {
                 let new_items = new.and_then(Value::as_array).unwrap_or(&no_items);
                 let old_indexed = self.index_items(list_type, old_items, fp)?;
                 let new_indexed = self.index_items(list_type, new_items, fp)?;
-                let new_by_id: HashMap<String, &Value> = new_indexed
-                    .iter()
-                    .map(|(pe, v)| (format!("{pe:?}"), *v))
-                    .collect();
-                let old_ids: std::collections::HashSet<String> = old_indexed
-                    .iter()
-                    .map(|(pe, _)| format!("{pe:?}"))
-                    .collect();
+                let new_by_id: BTreeMap<&PathElement, &Value> =
+                    new_indexed.iter().map(|(pe, v)| (pe, *v)).collect();
+                let old_ids: BTreeSet<&PathElement> =
+                    old_indexed.iter().map(|(pe, _)| pe).collect();
                 for (pe, item) in &old_indexed {
                     fp.push(pe.clone());
-                    let counterpart = new_by_id.get(&format!("{pe:?}")).copied();
+                    let counterpart = new_by_id.get(pe).copied();
                     self.compare_at(Some(item), counterpart, sp, fp, cmp)?;
                     if counterpart.is_none() {
                         cmp.removed.insert(fp);
@@ -329,7 +319,7 @@ impl Typed<'_> {
                     fp.pop();
                 }
                 for (pe, item) in &new_indexed {
-                    if old_ids.contains(&format!("{pe:?}")) {
+                    if old_ids.contains(pe) {
                         continue;
                     }
                     fp.push(pe.clone());

@@ -133,28 +133,29 @@ impl<'a> WriteContext<'a> {
 
     /// `set` without server-owned fields and fields outside the write's scope.
     fn ownable(&self, set: &FieldSet) -> FieldSet {
-        let mut stripped = FieldSet::new();
-        for path in STRIPPED {
-            let path: Vec<PathElement> = path
-                .iter()
-                .map(|f| PathElement::Field(f.to_string()))
-                .collect();
-            stripped.insert(&path);
-        }
-        let set = set.difference(&stripped);
-        let status = {
-            let mut s = FieldSet::new();
-            s.insert(&[PathElement::Field("status".into())]);
-            s
-        };
+        static FIXED: std::sync::OnceLock<(FieldSet, FieldSet)> = std::sync::OnceLock::new();
+        let (stripped, status) = FIXED.get_or_init(|| {
+            let mut stripped = FieldSet::new();
+            for path in STRIPPED {
+                let path: Vec<PathElement> = path
+                    .iter()
+                    .map(|f| PathElement::Field(f.to_string()))
+                    .collect();
+                stripped.insert(&path);
+            }
+            let mut status = FieldSet::new();
+            status.insert(&[PathElement::Field("status".into())]);
+            (stripped, status)
+        });
+        let set = set.difference(stripped);
         match self.scope {
             Scope::Main {
                 status_separate: true,
-            } => set.recursive_difference(&status),
+            } => set.recursive_difference(status),
             Scope::Main {
                 status_separate: false,
             } => set,
-            Scope::Status => set.difference(&set.recursive_difference(&status)),
+            Scope::Status => set.difference(&set.recursive_difference(status)),
         }
     }
 }
