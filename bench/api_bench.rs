@@ -7,9 +7,11 @@
 //! p50, p99); a list of 10,000 ConfigMaps; the delay from a write to its event at 1,000 open
 //! watches; a list of 10,000 pods as a Table (what `kubectl get pods` asks for); the server's
 //! RSS idle and holding 10,000 ConfigMaps; restart time (to /readyz) with 100,000 mutations in
-//! objects.wal. Prints a table with the core count and writes it as Markdown to the path given
-//! as the first argument (default bench/API.md). `API_BENCH_ONLY=pod-table` runs only the
-//! pod Table list and prints its row without writing the file.
+//! objects.wal; strategic merge PATCH and server-side apply at 16 connections, of Deployments
+//! (`LITEK8S_BENCH_PATCH_RESOURCE=pods` or `configmaps` picks another kind). Prints a table
+//! with the core count and writes it as Markdown to the path given as the first argument
+//! (default bench/API.md). `API_BENCH_ONLY=pod-table` runs only the pod Table list and prints
+//! its row without writing the file.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -137,6 +139,157 @@ async fn create_load(
                 let t = Instant::now();
                 match create(&mut conn, &ns, &format!("l{conns}-c{c}-{i}"), &data).await {
                     Ok(201) => lat.push(t.elapsed()),
+                    Ok(_) => errors += 1,
+                    Err(_) => {
+                        errors += 1;
+                        conn = api.connect().await.expect("reconnect");
+                    }
+                }
+                i += 1;
+            }
+            (lat, errors)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (lat, e) = t.await.expect("task");
+        all.extend(lat);
+        errors += e;
+    }
+    let elapsed = start.elapsed();
+    all.sort();
+    (all.len(), elapsed, all, errors)
+}
+
+/// Seconds each patch level runs for, and its connections.
+const PATCH_SECONDS: u64 = 5;
+const PATCH_CONNS: usize = 16;
+
+/// The resource the patch benchmarks write.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PatchTarget {
+    ConfigMaps,
+    /// A pod carries the same keyed lists as a Deployment's template (stand-in until
+    /// Deployments are served).
+    Pods,
+    Deployments,
+}
+
+impl PatchTarget {
+    fn collection(self, ns: &str) -> String {
+        match self {
+            PatchTarget::ConfigMaps => format!("/api/v1/namespaces/{ns}/configmaps"),
+            PatchTarget::Pods => format!("/api/v1/namespaces/{ns}/pods"),
+            PatchTarget::Deployments => format!("/apis/apps/v1/namespaces/{ns}/deployments"),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            PatchTarget::ConfigMaps => "ConfigMap",
+            PatchTarget::Pods => "Pod",
+            PatchTarget::Deployments => "Deployment",
+        }
+    }
+
+    /// The whole object (as created and as applied) with `version` in a field that changes.
+    fn object(self, ns: &str, name: &str, version: usize) -> serde_json::Value {
+        match self {
+            PatchTarget::ConfigMaps => configmap(ns, name, json!({"v": version.to_string()})),
+            PatchTarget::Pods => json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
+                "spec": {"containers": [{"name": "web", "image": format!("nginx:1.{version}"),
+                    "ports": [{"containerPort": 80}],
+                    "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}]}
+            }),
+            PatchTarget::Deployments => json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "web", "image": format!("nginx:1.{version}"),
+                            "ports": [{"containerPort": 80}],
+                            "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}]}}}
+            }),
+        }
+    }
+
+    /// The strategic merge patch kubectl would send to change `version`.
+    fn strategic(self, version: usize) -> serde_json::Value {
+        match self {
+            PatchTarget::ConfigMaps => json!({"data": {"v": version.to_string()}}),
+            PatchTarget::Pods => json!({"spec": {
+                "$setElementOrder/containers": [{"name": "web"}],
+                "containers": [{"name": "web", "image": format!("nginx:1.{version}")}]}}),
+            PatchTarget::Deployments => json!({"spec": {"template": {"spec": {
+                "$setElementOrder/containers": [{"name": "web"}],
+                "containers": [{"name": "web", "image": format!("nginx:1.{version}")}]}}}}),
+        }
+    }
+}
+
+/// Which patch a load sends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PatchMode {
+    Strategic,
+    Apply,
+}
+
+/// Patches one object per connection from `PATCH_CONNS` connections for `PATCH_SECONDS`;
+/// returns (count, elapsed, sorted latencies, errors).
+async fn patch_load(
+    api: &Api,
+    ns: &str,
+    target: PatchTarget,
+    mode: PatchMode,
+) -> (usize, Duration, Vec<Duration>, usize) {
+    let prefix = match mode {
+        PatchMode::Strategic => "smp",
+        PatchMode::Apply => "ssa",
+    };
+    for c in 0..PATCH_CONNS {
+        let name = format!("{prefix}-{c}");
+        let resp = api
+            .post_json(&target.collection(ns), &target.object(ns, &name, 0))
+            .await
+            .expect("create patch target");
+        assert_eq!(resp.status, 201, "create {name}: {}", resp.text());
+    }
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(PATCH_SECONDS);
+    let mut tasks = Vec::new();
+    for c in 0..PATCH_CONNS {
+        let api = api.clone();
+        let ns = ns.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = api.connect().await.expect("connect");
+            let name = format!("{prefix}-{c}");
+            let (mut lat, mut errors, mut i) = (Vec::new(), 0, 1);
+            while Instant::now() < deadline {
+                let (path, content_type, body) = match mode {
+                    PatchMode::Strategic => (
+                        format!(
+                            "{}/{name}?fieldManager=kubectl-patch",
+                            target.collection(&ns)
+                        ),
+                        "application/strategic-merge-patch+json",
+                        target.strategic(i),
+                    ),
+                    PatchMode::Apply => (
+                        format!(
+                            "{}/{name}?fieldManager=bench&force=true",
+                            target.collection(&ns)
+                        ),
+                        "application/apply-patch+yaml",
+                        target.object(&ns, &name, i),
+                    ),
+                };
+                let body = serde_json::to_vec(&body).expect("serialize");
+                let t = Instant::now();
+                match conn.request("PATCH", &path, Some(content_type), body).await {
+                    Ok(resp) if resp.status == 200 => lat.push(t.elapsed()),
                     Ok(_) => errors += 1,
                     Err(_) => {
                         errors += 1;
@@ -419,6 +572,8 @@ fn main() {
         .build()
         .expect("runtime");
     let mut rows = Vec::new();
+    // `LITEK8S_BENCH_ONLY=patch`: only the patch rows, printed and not written (for A/B runs).
+    let patch_only = std::env::var("LITEK8S_BENCH_ONLY").is_ok_and(|v| v == "patch");
 
     if std::env::var("API_BENCH_ONLY").as_deref() == Ok("pod-table") {
         let server = Server::start(&[]);
@@ -446,7 +601,7 @@ fn main() {
     let api = server.api();
     rt.block_on(async {
         ensure_namespace(&api, "bench-create").await;
-        for conns in [1usize, 16, 64] {
+        for conns in [1usize, 16, 64].into_iter().filter(|_| !patch_only) {
             let (n, elapsed, lat, errors) =
                 create_load(&api, "bench-create", conns, CREATE_SECONDS).await;
             let rate = n as f64 / elapsed.as_secs_f64();
@@ -471,6 +626,42 @@ fn main() {
                 target,
                 met,
             ));
+        }
+        let wanted = std::env::var("LITEK8S_BENCH_PATCH_RESOURCE").unwrap_or_default();
+        let deployments_served = api
+            .get("/apis/apps/v1")
+            .await
+            .is_ok_and(|r| r.status == 200 && r.text().contains("\"deployments\""));
+        let target = match wanted.as_str() {
+            "configmaps" => PatchTarget::ConfigMaps,
+            "pods" => PatchTarget::Pods,
+            _ if deployments_served => PatchTarget::Deployments,
+            _ => PatchTarget::Pods,
+        };
+        ensure_namespace(&api, "bench-patch").await;
+        for (mode, what) in [
+            (PatchMode::Strategic, "PATCH (strategic merge)"),
+            (PatchMode::Apply, "server-side apply"),
+        ] {
+            let (n, elapsed, lat, errors) = patch_load(&api, "bench-patch", target, mode).await;
+            let rate = n as f64 / elapsed.as_secs_f64();
+            let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
+            println!(
+                "{what} of a {} at {PATCH_CONNS} connections: {n} in {:.1}s = {rate:.0}/s, p50 {}, p99 {}, errors {errors}",
+                target.label(),
+                elapsed.as_secs_f64(),
+                ms(p50),
+                ms(p99)
+            );
+            rows.push(row(
+                format!("{} {what}, {PATCH_CONNS} conn", target.label()),
+                format!("{rate:.0}/s, p50 {}, p99 {}", ms(p50), ms(p99)),
+                "≥ 3,000/s",
+                Some(rate >= 3000.0 && errors == 0),
+            ));
+        }
+        if patch_only {
+            return;
         }
         ensure_namespace(&api, "bench-list").await;
         fill(&api, "bench-list", LIST_OBJECTS).await;
@@ -505,11 +696,53 @@ fn main() {
     });
     rows.push(rt.block_on(pod_table_list(&api)));
     drop(api);
+    if patch_only {
+        for r in &rows {
+            println!("| {} | {} | {} |", r.metric, r.result, r.target);
+        }
+        return;
+    }
     // RSS with exactly 10,000 ConfigMaps: a fresh server, so the create runs above don't count.
     drop(server);
     let server = Server::start(&[]);
     let api = server.api();
     rt.block_on(async {
+        let wanted = std::env::var("LITEK8S_BENCH_PATCH_RESOURCE").unwrap_or_default();
+        let deployments_served = api
+            .get("/apis/apps/v1")
+            .await
+            .is_ok_and(|r| r.status == 200 && r.text().contains("\"deployments\""));
+        let target = match wanted.as_str() {
+            "configmaps" => PatchTarget::ConfigMaps,
+            "pods" => PatchTarget::Pods,
+            _ if deployments_served => PatchTarget::Deployments,
+            _ => PatchTarget::Pods,
+        };
+        ensure_namespace(&api, "bench-patch").await;
+        for (mode, what) in [
+            (PatchMode::Strategic, "PATCH (strategic merge)"),
+            (PatchMode::Apply, "server-side apply"),
+        ] {
+            let (n, elapsed, lat, errors) = patch_load(&api, "bench-patch", target, mode).await;
+            let rate = n as f64 / elapsed.as_secs_f64();
+            let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
+            println!(
+                "{what} of a {} at {PATCH_CONNS} connections: {n} in {:.1}s = {rate:.0}/s, p50 {}, p99 {}, errors {errors}",
+                target.label(),
+                elapsed.as_secs_f64(),
+                ms(p50),
+                ms(p99)
+            );
+            rows.push(row(
+                format!("{} {what}, {PATCH_CONNS} conn", target.label()),
+                format!("{rate:.0}/s, p50 {}, p99 {}", ms(p50), ms(p99)),
+                "≥ 3,000/s",
+                Some(rate >= 3000.0 && errors == 0),
+            ));
+        }
+        if patch_only {
+            return;
+        }
         ensure_namespace(&api, "bench-list").await;
         fill(&api, "bench-list", LIST_OBJECTS).await;
     });

@@ -624,3 +624,187 @@ fn large_lists_merge_by_key() {
         Ok(json!({"spec": {"containers": [{"name": "c", "env": want}]}}))
     );
 }
+
+/// The patch-demo Deployment of the Kubernetes task page "Update API Objects in Place Using
+/// kubectl patch".
+fn patch_demo() -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "patch-demo"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "nginx"}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "30%", "maxUnavailable": "25%"}},
+            "template": {
+                "metadata": {"labels": {"app": "nginx"}, "finalizers": ["a", "b", "c"]},
+                "spec": {
+                    "containers": [{"name": "patch-demo-ctr", "image": "nginx"}],
+                    "tolerations": [{"effect": "NoSchedule", "key": "dedicated", "value": "test-team"}]
+                }
+            }
+        }
+    })
+}
+
+fn demo_with(f: impl FnOnce(&mut Value)) -> Value {
+    let mut d = patch_demo();
+    f(&mut d);
+    d
+}
+
+/// Cases from the Kubernetes documentation: the kubectl patch task page (containers,
+/// tolerations, retainKeys) and the strategic merge patch design document (`$patch`
+/// directives, `$deleteFromPrimitiveList`, `$setElementOrder`), on a workload's pod template.
+#[test]
+fn documented_examples() {
+    let cases: Vec<(&str, &ResourceInfo, Value, Value, Want)> = vec![
+        (
+            "task page: patch-file-containers adds a container, merged by name",
+            &DEPLOYMENT,
+            patch_demo(),
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "patch-demo-ctr-2", "image": "redis"}]}}}}),
+            Want::Ok(demo_with(|d| {
+                d["spec"]["template"]["spec"]["containers"] = json!([
+                    {"name": "patch-demo-ctr-2", "image": "redis"},
+                    {"name": "patch-demo-ctr", "image": "nginx"}
+                ]);
+            })),
+        ),
+        (
+            "task page: patch-file-tolerations replaces the list (no patch strategy)",
+            &DEPLOYMENT,
+            patch_demo(),
+            json!({"spec": {"template": {"spec": {"tolerations": [{"effect": "NoSchedule", "key": "disktype", "value": "ssd"}]}}}}),
+            Want::Ok(demo_with(|d| {
+                d["spec"]["template"]["spec"]["tolerations"] =
+                    json!([{"effect": "NoSchedule", "key": "disktype", "value": "ssd"}]);
+            })),
+        ),
+        (
+            "task page: $retainKeys switches the strategy to Recreate",
+            &DEPLOYMENT,
+            patch_demo(),
+            json!({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate"}}}),
+            Want::Ok(demo_with(|d| {
+                d["spec"]["strategy"] = json!({"type": "Recreate"})
+            })),
+        ),
+        (
+            "task page: without $retainKeys the old rollingUpdate stays",
+            &DEPLOYMENT,
+            patch_demo(),
+            json!({"spec": {"strategy": {"type": "Recreate"}}}),
+            Want::Ok(demo_with(|d| {
+                d["spec"]["strategy"]["type"] = json!("Recreate")
+            })),
+        ),
+        (
+            "design doc: $patch: delete removes a list element by merge key",
+            &DEPLOYMENT,
+            patch_demo(),
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "patch-demo-ctr", "$patch": "delete"}]}}}}),
+            Want::Ok(demo_with(|d| {
+                d["spec"]["template"]["spec"]["containers"] = json!([])
+            })),
+        ),
+        (
+            "design doc: $patch: replace on a list",
+            &DEPLOYMENT,
+            patch_demo(),
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "only", "image": "busybox"}, {"$patch": "replace"}]}}}}),
+            Want::Ok(demo_with(|d| {
+                d["spec"]["template"]["spec"]["containers"] =
+                    json!([{"name": "only", "image": "busybox"}]);
+            })),
+        ),
+        (
+            "design doc: $patch: replace on a map",
+            &DEPLOYMENT,
+            patch_demo(),
+            json!({"spec": {"selector": {"$patch": "replace", "matchLabels": {"app": "web"}}}}),
+            Want::Ok(demo_with(|d| {
+                d["spec"]["selector"] = json!({"matchLabels": {"app": "web"}})
+            })),
+        ),
+        (
+            "design doc: $patch: delete on a map",
+            &DEPLOYMENT,
+            patch_demo(),
+            json!({"spec": {"strategy": {"$patch": "delete"}}}),
+            Want::Ok(demo_with(|d| {
+                if let Some(spec) = d["spec"].as_object_mut() {
+                    spec.shift_remove("strategy");
+                }
+            })),
+        ),
+        (
+            "design doc: $deleteFromPrimitiveList on finalizers",
+            &DEPLOYMENT,
+            patch_demo(),
+            json!({"spec": {"template": {"metadata": {"$deleteFromPrimitiveList/finalizers": ["b"]}}}}),
+            Want::Ok(demo_with(|d| {
+                d["spec"]["template"]["metadata"]["finalizers"] = json!(["a", "c"])
+            })),
+        ),
+        (
+            "design doc: $setElementOrder orders a merged primitive list",
+            &DEPLOYMENT,
+            patch_demo(),
+            json!({"spec": {"template": {"metadata": {
+                "$setElementOrder/finalizers": ["c", "d", "a", "b"],
+                "finalizers": ["d"]
+            }}}}),
+            Want::Ok(demo_with(|d| {
+                d["spec"]["template"]["metadata"]["finalizers"] = json!(["c", "d", "a", "b"]);
+            })),
+        ),
+        (
+            "design doc: $setElementOrder orders merged containers",
+            &DEPLOYMENT,
+            demo_with(|d| {
+                d["spec"]["template"]["spec"]["containers"] =
+                    json!([{"name": "a", "image": "1"}, {"name": "b", "image": "2"}]);
+            }),
+            json!({"spec": {"template": {"spec": {
+                "$setElementOrder/containers": [{"name": "b"}, {"name": "c"}, {"name": "a"}],
+                "containers": [{"name": "c", "image": "3"}]
+            }}}}),
+            Want::Ok(demo_with(|d| {
+                d["spec"]["template"]["spec"]["containers"] = json!([
+                    {"name": "b", "image": "2"}, {"name": "c", "image": "3"}, {"name": "a", "image": "1"}
+                ]);
+            })),
+        ),
+        (
+            "a malformed directive is a bad request",
+            &DEPLOYMENT,
+            patch_demo(),
+            json!({"spec": {"strategy": {"$patch": "explode"}}}),
+            Want::Malformed,
+        ),
+    ];
+    run(&cases);
+}
+
+/// A kind outside the built-in groups (a custom resource) has no merge metadata: strategic
+/// merge is refused, which the API answers with 415.
+#[test]
+fn schemaless_kinds_refuse_strategic_merge() {
+    static WIDGET: ResourceInfo = ResourceInfo {
+        group: "example.com",
+        version: "v1",
+        kind: "Widget",
+        plural: "widgets",
+        singular: "widget",
+        short_names: &[],
+        categories: &[],
+        namespaced: true,
+        has_status: false,
+        tracks_generation: true,
+        selectable_fields: &[],
+    };
+    let got =
+        apply_strategic_merge_patch(&WIDGET, &json!({"spec": {}}), &json!({"spec": {"a": 1}}));
+    assert!(matches!(got, Err(PatchError::Unsupported(_))), "{got:?}");
+}

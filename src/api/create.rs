@@ -37,6 +37,7 @@ const GENERATE_ATTEMPTS: usize = 8;
 
 /// Serves POST on a collection.
 pub async fn post(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
+    super::options::check(req, super::options::Options::Create)?;
     let object = body::decode_object(&req.body, body::encoding(&req.content_type)?)?;
     create(req, object).await?.respond(req, StatusCode::CREATED)
 }
@@ -64,7 +65,7 @@ pub async fn create(req: &ApiRequest, mut object: Value) -> Result<Written, ApiE
     let info = req.info();
     validation::check_type(info, &mut object)?;
     validation::check_value_types(info, &object)?;
-    validation::check_unknown_fields(info, req.query.field_validation.as_deref(), &object)?;
+    super::options::check_fields(req, info, &object)?;
     validation::check_namespace(info, req.target.namespace.as_deref(), &mut object)?;
     let given = str_at(&object, "/metadata/name").unwrap_or("").to_string();
     let prefix = str_at(&object, "/metadata/generateName")
@@ -107,6 +108,7 @@ pub async fn create(req: &ApiRequest, mut object: Value) -> Result<Written, ApiE
         let mut candidate = object.clone();
         meta::prepare_create(info, &mut candidate, &name, &now);
         let reservation = kinds::prepare(&req.ctx, info, &name, None, &mut candidate)?;
+        super::ownership::record_write(req, None, &mut candidate);
         if req.query.dry_run {
             let key = ObjectKey::new(info.store_key(), namespace.clone(), name.clone());
             if req.ctx.store.get(&key).is_some() {

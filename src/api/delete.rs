@@ -35,6 +35,7 @@ fn options_invalid(cause: Cause) -> ApiError {
 }
 
 pub fn delete_options(req: &ApiRequest) -> Result<DeleteOptions, ApiError> {
+    super::options::check(req, super::options::Options::Delete)?;
     let body = if req.body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
@@ -71,6 +72,21 @@ pub fn delete_options(req: &ApiRequest) -> Result<DeleteOptions, ApiError> {
         .get("dryRun")
         .and_then(Value::as_array)
         .is_some_and(|a| !a.is_empty());
+    if let Some(bad) = body
+        .get("dryRun")
+        .and_then(Value::as_array)
+        .filter(|a| a.iter().any(|v| v != "All"))
+    {
+        let shown: Vec<String> = bad.iter().map(|v| v.to_string()).collect();
+        return Err(options_invalid(Cause {
+            reason: "FieldValueNotSupported",
+            field: "dryRun".into(),
+            message: format!(
+                "Unsupported value: []string{{{}}}: supported values: \"All\"",
+                shown.join(", ")
+            ),
+        }));
+    }
     Ok(DeleteOptions {
         uid: meta::str_at(&body, "/preconditions/uid").map(str::to_string),
         resource_version: meta::str_at(&body, "/preconditions/resourceVersion").map(str::to_string),
@@ -243,6 +259,8 @@ pub async fn delete_collection(req: &ApiRequest) -> Result<Response<ApiBody>, Ap
             content_type: req.content_type.clone(),
             body: req.body.clone(),
             user: req.user.clone(),
+            user_agent: req.user_agent.clone(),
+            warnings: Default::default(),
         };
         match delete_one(&sub, &name, &opts).await {
             Ok(Deleted::Gone(o)) | Ok(Deleted::Pending(Written::Stored(o))) => deleted.push(o),

@@ -12,6 +12,8 @@
 //! - `meta`, `validation`, `kinds` (+ `defaults/`, `lease`, `service` with `cluster_ip` and
 //!   `node_port`, `spec_validation`): what every write decides before it becomes a
 //!   Mutation; `scale` serves the `scale` subresource.
+//! - `options`: write options (dryRun, fieldManager, fieldValidation, force) and `Warning`s;
+//!   `ownership`: server-side apply and managedFields (algorithm in `kube::patch::apply`).
 //! - `output`: objects and lists in the requested form; `status`: every error as a `Status`.
 //! - `discovery`, `openapi`, `table`: what kubectl reads besides objects.
 //! - `response`: small response builders.
@@ -33,7 +35,9 @@ pub mod meta;
 pub mod namespace;
 pub mod node_port;
 pub mod openapi;
+pub mod options;
 pub mod output;
+pub mod ownership;
 pub mod patch;
 pub mod protobuf;
 pub mod request;

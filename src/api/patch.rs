@@ -1,6 +1,6 @@
 //! PATCH of an object or its `status`: JSON Patch, JSON merge patch, strategic merge patch and
-//! (for now) server-side apply treated as a merge patch that creates a missing object. The
-//! patch is re-applied to the latest version when a concurrent write wins, like upstream's
+//! server-side apply (`api::ownership`, which also creates a missing object). The patch is
+//! re-applied to the latest version when a concurrent write wins, like upstream's
 //! GuaranteedUpdate.
 
 use http::{Response, StatusCode};
@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::request::ApiRequest;
 use super::status::{ApiError, Cause};
 use super::update::{body_rv, is_conflict, replace, MAX_ATTEMPTS};
-use super::{body, create, validation, ApiBody};
+use super::{body, create, options, ownership, validation, ApiBody};
 use crate::kube::patch::{self as patches, PatchError};
 use crate::kube::resources::ResourceInfo;
 
@@ -34,9 +34,20 @@ pub fn patch_kind(content_type: &str) -> Result<PatchKind, ApiError> {
     }
 }
 
-fn patch_error(info: &ResourceInfo, name: &str, e: PatchError) -> ApiError {
+/// What kube-apiserver answers a JSON patch that does not apply (a failed `test`, a missing
+/// path): 422 with no details.
+const JSON_PATCH_FAILED: &str = "the server rejected our request due to an error in our request";
+
+fn patch_error(info: &ResourceInfo, name: &str, kind: PatchKind, e: PatchError) -> ApiError {
     match e {
         PatchError::Malformed(m) => ApiError::BadRequest(m),
+        PatchError::NotApplicable(_) if kind == PatchKind::Json => {
+            ApiError::Unprocessable(JSON_PATCH_FAILED.into())
+        }
+        PatchError::Unsupported(_) => ApiError::UnsupportedMediaType(
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+                .into(),
+        ),
         PatchError::NotApplicable(m) => ApiError::invalid(
             info,
             name,
@@ -61,7 +72,7 @@ fn apply_patch(
         PatchKind::Merge | PatchKind::Apply => patches::apply_merge_patch(target, patch),
         PatchKind::Strategic => patches::apply_strategic_merge_patch(info, target, patch),
     };
-    result.map_err(|e| patch_error(info, name, e))
+    result.map_err(|e| patch_error(info, name, kind, e))
 }
 
 /// Serves PATCH on a named object or its status.
@@ -69,6 +80,12 @@ pub async fn patch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
     let info = req.info();
     let name = req.name().to_string();
     let kind = patch_kind(&req.content_type)?;
+    options::check(
+        req,
+        options::Options::Patch {
+            apply: kind == PatchKind::Apply,
+        },
+    )?;
     let encoding = if kind == PatchKind::Apply {
         body::Encoding::Yaml
     } else {
@@ -81,7 +98,10 @@ pub async fn patch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
                 "json patch must be an array of operations".into(),
             ))
         }
-        PatchKind::Merge | PatchKind::Strategic | PatchKind::Apply if !patch.is_object() => {
+        PatchKind::Apply => {
+            // Checked with kube-apiserver's messages by `ownership::applied`.
+        }
+        PatchKind::Merge | PatchKind::Strategic if !patch.is_object() => {
             return Err(ApiError::BadRequest("patch must be a JSON object".into()))
         }
         _ => {}
@@ -90,14 +110,18 @@ pub async fn patch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
     for _ in 0..MAX_ATTEMPTS {
         let Some(current) = req.ctx.store.get(&req.target.key(&name)) else {
             if kind == PatchKind::Apply && !status_only {
-                let mut object = patch.clone();
+                let mut object = ownership::applied(req, None, &patch)?;
                 validation::check_body_name(&mut object, &name)?;
                 let written = create::create(req, object).await?;
                 return written.respond(req, StatusCode::CREATED);
             }
             return Err(ApiError::not_found(info, &name));
         };
-        let mut patched = apply_patch(info, &name, kind, &current.value(), &patch)?;
+        let mut patched = if kind == PatchKind::Apply {
+            ownership::applied(req, Some(&current.value()), &patch)?
+        } else {
+            apply_patch(info, &name, kind, &current.value(), &patch)?
+        };
         if !patched.is_object() {
             return Err(ApiError::BadRequest(
                 "the patched object is not an object".into(),
@@ -106,6 +130,7 @@ pub async fn patch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
         validation::check_type(info, &mut patched)?;
         validation::check_body_name(&mut patched, &name)?;
         validation::check_namespace(info, req.target.namespace.as_deref(), &mut patched)?;
+        check_uid_unchanged(info, &name, &current.uid, &patched)?;
         let client_rv = body_rv(&patched)?;
         if client_rv.is_some_and(|rv| rv != current.resource_version) {
             return Err(ApiError::conflict_modified(info, &name));
@@ -124,6 +149,28 @@ pub async fn patch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
     Err(ApiError::conflict_modified(info, &name))
 }
 
+/// `metadata.uid` is immutable: a patch may repeat it but not change it (422, as upstream's
+/// object-meta update validation answers).
+fn check_uid_unchanged(
+    info: &ResourceInfo,
+    name: &str,
+    current: &str,
+    patched: &Value,
+) -> Result<(), ApiError> {
+    match patched.pointer("/metadata/uid").and_then(Value::as_str) {
+        Some(uid) if !uid.is_empty() && uid != current => Err(ApiError::invalid(
+            info,
+            name,
+            vec![Cause::invalid(
+                "metadata.uid",
+                &Value::String(uid.to_string()),
+                "field is immutable",
+            )],
+        )),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +187,40 @@ mod tests {
         );
         let e = patch_kind("application/json").unwrap_err();
         assert_eq!(e.code(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    }
+
+    #[test]
+    fn patch_errors_map_to_upstream_codes() {
+        let cm = crate::kube::resources::find("", "v1", "configmaps").unwrap();
+        let cases = [
+            (
+                PatchKind::Strategic,
+                PatchError::Unsupported("x".into()),
+                415,
+                "UnsupportedMediaType",
+            ),
+            (
+                PatchKind::Json,
+                PatchError::NotApplicable("test failed".into()),
+                422,
+                "Invalid",
+            ),
+            (
+                PatchKind::Json,
+                PatchError::Malformed("bad op".into()),
+                400,
+                "BadRequest",
+            ),
+            (
+                PatchKind::Strategic,
+                PatchError::NotApplicable("x".into()),
+                422,
+                "Invalid",
+            ),
+        ];
+        for (kind, error, code, reason) in cases {
+            let e = patch_error(cm, "c", kind, error);
+            assert_eq!((e.code().as_u16(), e.reason()), (code, reason), "{kind:?}");
+        }
     }
 }

@@ -24,6 +24,10 @@ pub struct ApiRequest {
     pub content_type: String,
     pub body: Bytes,
     pub user: User,
+    /// The User-Agent header (names the field manager of writes without `fieldManager`).
+    pub user_agent: String,
+    /// `Warning` headers to send with the response (fieldValidation=Warn).
+    pub warnings: std::sync::Mutex<Vec<String>>,
 }
 
 impl ApiRequest {
@@ -143,13 +147,17 @@ pub struct Query {
     pub send_initial_events: Option<bool>,
     pub timeout_seconds: Option<u64>,
     pub dry_run: bool,
+    /// Every `dryRun` value given (only `All` is valid; checked by `api::options`).
+    pub dry_run_values: Vec<String>,
     pub field_manager: Option<String>,
-    pub force: bool,
+    /// `force`, when given (only apply patches may give it).
+    pub force: Option<bool>,
     pub include_object: Option<String>,
     pub propagation_policy: Option<String>,
     pub grace_period_seconds: Option<i64>,
     pub verbose: bool,
-    /// `fieldValidation`: Strict rejects unknown fields with 400; Warn and Ignore accept them.
+    /// `fieldValidation`: Strict rejects unknown and duplicate fields with 400, Warn answers them
+    /// with `Warning` headers, Ignore drops them.
     pub field_validation: Option<String>,
 }
 
@@ -208,23 +216,20 @@ impl Query {
                 "allowWatchBookmarks" => q.allow_watch_bookmarks = parse_bool(&k, &v)?,
                 "sendInitialEvents" => q.send_initial_events = Some(parse_bool(&k, &v)?),
                 "timeoutSeconds" => q.timeout_seconds = Some(parse_num(&k, &v)?),
-                "dryRun" => q.dry_run = q.dry_run || !v.is_empty(),
+                "dryRun" => {
+                    q.dry_run = q.dry_run || !v.is_empty();
+                    if !v.is_empty() {
+                        q.dry_run_values.push(v);
+                    }
+                }
                 "fieldManager" => q.field_manager = Some(v),
-                "force" => q.force = parse_bool(&k, &v)?,
+                "force" => q.force = Some(parse_bool(&k, &v)?),
                 "includeObject" => q.include_object = Some(v),
                 "propagationPolicy" => q.propagation_policy = Some(v),
                 "gracePeriodSeconds" => q.grace_period_seconds = Some(parse_num(&k, &v)?),
                 "verbose" => q.verbose = parse_bool(&k, &v).unwrap_or(true),
-                "fieldValidation" => match v.as_str() {
-                    "" | "Ignore" | "Warn" | "Strict" => {
-                        q.field_validation = Some(v).filter(|v| !v.is_empty())
-                    }
-                    other => {
-                        return Err(ApiError::BadRequest(format!(
-                            "fieldValidation must be one of Ignore, Warn or Strict, not {other:?}"
-                        )))
-                    }
-                },
+                // Checked by `api::options` (422 naming the request's options kind).
+                "fieldValidation" => q.field_validation = Some(v).filter(|v| !v.is_empty()),
                 _ => {}
             }
         }

@@ -69,6 +69,7 @@ where
     let target = request::parse_path(path)?;
     let query = Query::parse(req.uri().query())?;
     let content_type = header_str(&req, header::CONTENT_TYPE);
+    let user_agent = header_str(&req, header::USER_AGENT);
     let method = req.method().clone();
     let has_body = matches!(
         method,
@@ -88,8 +89,11 @@ where
         content_type,
         body,
         user,
+        user_agent,
+        warnings: Default::default(),
     };
-    dispatch(&api).await
+    let result = dispatch(&api).await;
+    super::options::add_warnings(&api, result)
 }
 
 async fn dispatch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {

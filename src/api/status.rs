@@ -101,6 +101,17 @@ pub enum ApiError {
         name: String,
         causes: Vec<Cause>,
     },
+    /// A server-side apply that would change fields other managers own (409, reason
+    /// Conflict, one `FieldManagerConflict` cause per field).
+    #[error("{message}")]
+    ApplyConflict {
+        message: String,
+        /// (message, field) per conflicting field.
+        causes: Vec<(String, String)>,
+    },
+    /// 422 without an object to name, as upstream answers a JSON patch that does not apply.
+    #[error("{0}")]
+    Unprocessable(String),
     #[error("{0}")]
     BadRequest(String),
     #[error("{0}")]
@@ -200,8 +211,12 @@ impl ApiError {
     pub fn code(&self) -> StatusCode {
         match self {
             ApiError::NotFound { .. } | ApiError::NoRoute => StatusCode::NOT_FOUND,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => StatusCode::CONFLICT,
-            ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::AlreadyExists { .. }
+            | ApiError::Conflict { .. }
+            | ApiError::ApplyConflict { .. } => StatusCode::CONFLICT,
+            ApiError::Invalid { .. } | ApiError::Unprocessable(_) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -221,8 +236,8 @@ impl ApiError {
         match self {
             ApiError::NotFound { .. } | ApiError::NoRoute => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
-            ApiError::Conflict { .. } => "Conflict",
-            ApiError::Invalid { .. } => "Invalid",
+            ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
+            ApiError::Invalid { .. } | ApiError::Unprocessable(_) => "Invalid",
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::Forbidden(_) => "Forbidden",
             ApiError::MethodNotAllowed => "MethodNotAllowed",
@@ -269,6 +284,13 @@ impl ApiError {
                 d.insert("causes".into(), Value::Array(causes));
                 Some(Value::Object(d))
             }
+            ApiError::ApplyConflict { causes, .. } => Some(json!({
+                "causes": causes
+                    .iter()
+                    .map(|(message, field)| json!({"reason": "FieldManagerConflict", "message": message, "field": field}))
+                    .collect::<Vec<_>>()
+            })),
+            ApiError::Unprocessable(_) => Some(json!({})),
             ApiError::ResourceVersionTooLarge { .. } => Some(json!({
                 "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
                 "retryAfterSeconds": 1

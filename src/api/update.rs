@@ -38,6 +38,7 @@ pub fn is_conflict(e: &ApiError) -> bool {
 pub async fn put(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
     let info = req.info();
     let name = req.name().to_string();
+    super::options::check(req, super::options::Options::Update)?;
     let mut object = body::decode_object(&req.body, body::encoding(&req.content_type)?)?;
     validation::check_type(info, &mut object)?;
     validation::check_body_name(&mut object, &name)?;
@@ -108,7 +109,7 @@ pub async fn replace(
 ) -> Result<Written, ApiError> {
     let info = req.info();
     validation::check_value_types(info, &wanted)?;
-    validation::check_unknown_fields(info, req.query.field_validation.as_deref(), &wanted)?;
+    super::options::check_fields(req, info, &wanted)?;
     let name = current.key.name.clone();
     let old = current.value();
     let mut new = if status_only {
@@ -143,6 +144,7 @@ pub async fn replace(
         md.remove("resourceVersion");
     }
     let reservation = kinds::prepare(&req.ctx, info, &name, Some(&old), &mut new)?;
+    super::ownership::record_write(req, Some(&old), &mut new);
     if new == meta::without_rv(&old) {
         return Ok(Written::Stored(current.clone()));
     }

@@ -4,6 +4,8 @@
 //! Layout:
 //! - `json_patch`: RFC 6902 operations and JSON Pointer (RFC 6901) resolution.
 //! - `merge_patch`: RFC 7386.
+//! - `apply`: server-side apply and `metadata.managedFields` ownership (format documented
+//!   there), sharing the merge-key table with strategic merge.
 //! - `strategic`: the strategic merge algorithm (`strategic/mod.rs`, list ordering in
 //!   `strategic/order.rs`) and the per-kind table of list merge keys (`strategic/schema.rs`).
 //!
@@ -15,6 +17,7 @@ use serde_json::Value;
 
 use super::resources::ResourceInfo;
 
+pub mod apply;
 mod json_patch;
 mod merge_patch;
 mod strategic;
@@ -33,6 +36,9 @@ pub enum PatchError {
     /// JSON Patch `test` that fails or a path that does not exist.
     #[error("{0}")]
     NotApplicable(String),
+    /// The kind has no strategic-merge metadata (custom resources): 415.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// RFC 6902 JSON Patch.
@@ -54,6 +60,12 @@ pub fn apply_strategic_merge_patch(
     patch: &Value,
 ) -> Result<Value, PatchError> {
     check_patch_depth(patch)?;
+    if !strategic::schema::has_strategic_schema(info.group) {
+        return Err(PatchError::Unsupported(format!(
+            "strategic merge patch is not supported for {}",
+            info.qualified_plural()
+        )));
+    }
     strategic::apply(
         strategic::schema::for_kind(info.group, info.kind),
         target,

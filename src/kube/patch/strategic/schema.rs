@@ -5,6 +5,11 @@
 //!
 //! A kind is a list of mounts: a shared table (ObjectMeta, PodSpec, …) placed at a path. A new
 //! kind is one `KindSchema` entry in `KINDS`.
+//!
+//! Server-side apply reads the same table through [`KindSchema::list_type`] and
+//! [`KindSchema::atomic_map`]: a merge key becomes the associative list's key (widened where
+//! the Kubernetes types declare more `listMapKey`s than their `patchMergeKey`, e.g. container
+//! ports by containerPort and protocol), a merged scalar list is a set, anything else is atomic.
 
 /// How a field is merged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +55,33 @@ impl KindSchema {
             .map_or(Strategy::Default, |(_, rule)| rule.strategy)
     }
 
+    /// How server-side apply treats the list at `path` (list elements not counted).
+    pub fn list_type(&self, path: &[String]) -> ListType {
+        match self.lookup(path) {
+            Strategy::MergeByKey(key) => {
+                let wider = WIDER_LIST_KEYS
+                    .iter()
+                    .find(|(suffix, first, _)| *first == key && ends_with(path, suffix));
+                match wider {
+                    Some((_, _, keys)) => ListType::Map(keys),
+                    None if single_key(key).is_empty() => ListType::Atomic,
+                    None => ListType::Map(single_key(key)),
+                }
+            }
+            Strategy::MergePrimitives => ListType::Set,
+            Strategy::Default | Strategy::Replace => ListType::Atomic,
+        }
+    }
+
+    /// Whether server-side apply treats the object at `path` as one value (`+structType=atomic`
+    /// or `+mapType=atomic` in the Kubernetes types: label selectors, node selectors, key and
+    /// field references).
+    pub fn atomic_map(&self, path: &[String]) -> bool {
+        path.last()
+            .is_some_and(|field| ATOMIC_OBJECTS.contains(&field.as_str()))
+            && path.first().is_some_and(|root| root != "metadata")
+    }
+
     /// `group/kind`, for error messages.
     pub fn name(&self) -> String {
         if self.group.is_empty() {
@@ -58,6 +90,77 @@ impl KindSchema {
             format!("{}/{}", self.group, self.kind)
         }
     }
+}
+
+/// How server-side apply merges a list (`x-kubernetes-list-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListType {
+    /// Replaced whole; owned as one field.
+    Atomic,
+    /// Scalars, each owned on its own (`v:` path elements).
+    Set,
+    /// Objects identified by these key fields (`k:` path elements).
+    Map(&'static [&'static str]),
+}
+
+/// Associative lists whose list-map keys are wider than their strategic merge key:
+/// (path suffix, merge key, list-map keys).
+static WIDER_LIST_KEYS: &[(&str, &str, &[&str])] = &[
+    ("ports", "containerPort", &["containerPort", "protocol"]),
+    ("spec.ports", "port", &["port", "protocol"]),
+    (
+        "topologySpreadConstraints",
+        "topologyKey",
+        &["topologyKey", "whenUnsatisfiable"],
+    ),
+];
+
+/// Values a list-map key takes when an element omits it (the key field's default).
+pub fn key_default(field: &str) -> Option<&'static str> {
+    match field {
+        "protocol" => Some("TCP"),
+        _ => None,
+    }
+}
+
+/// Object fields that server-side apply owns as a whole.
+static ATOMIC_OBJECTS: &[&str] = &[
+    "selector",
+    "nodeSelector",
+    "namespaceSelector",
+    "podSelector",
+    "labelSelector",
+    "fieldRef",
+    "resourceFieldRef",
+    "configMapKeyRef",
+    "secretKeyRef",
+];
+
+fn single_key(key: &'static str) -> &'static [&'static str] {
+    const KEYS: &[&str] = &[
+        "name",
+        "containerPort",
+        "mountPath",
+        "devicePath",
+        "ip",
+        "topologyKey",
+        "type",
+        "uid",
+        "port",
+    ];
+    match KEYS.iter().position(|k| *k == key) {
+        Some(i) => &KEYS[i..=i],
+        None => &[],
+    }
+}
+
+fn ends_with(path: &[String], suffix: &str) -> bool {
+    let suffix: Vec<&str> = suffix.split('.').collect();
+    path.len() >= suffix.len()
+        && path[path.len() - suffix.len()..]
+            .iter()
+            .zip(&suffix)
+            .all(|(a, b)| a == b)
 }
 
 fn matches(at: &str, rule: &str, path: &[String]) -> bool {
@@ -269,6 +372,30 @@ static KINDS: &[KindSchema] = &[
         mounts: WORKLOAD,
     },
     KindSchema {
+        group: "",
+        kind: "PersistentVolumeClaim",
+        mounts: &[Mount {
+            at: "status",
+            rules: CONDITIONS,
+        }],
+    },
+    KindSchema {
+        group: "policy",
+        kind: "PodDisruptionBudget",
+        mounts: &[Mount {
+            at: "status",
+            rules: CONDITIONS,
+        }],
+    },
+    KindSchema {
+        group: "autoscaling",
+        kind: "HorizontalPodAutoscaler",
+        mounts: &[Mount {
+            at: "status",
+            rules: CONDITIONS,
+        }],
+    },
+    KindSchema {
         group: "batch",
         kind: "CronJob",
         mounts: &[
@@ -283,6 +410,36 @@ static KINDS: &[KindSchema] = &[
         ],
     },
 ];
+
+/// Built-in API groups: every kind in them has strategic-merge metadata (at least `metadata`).
+/// Kinds of other groups (custom resources) have none, and strategic merge on them is refused
+/// (415), as kube-apiserver does.
+static BUILT_IN_GROUPS: &[&str] = &[
+    "",
+    "apps",
+    "batch",
+    "autoscaling",
+    "policy",
+    "networking.k8s.io",
+    "rbac.authorization.k8s.io",
+    "storage.k8s.io",
+    "scheduling.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "node.k8s.io",
+    "certificates.k8s.io",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+    "resource.k8s.io",
+];
+
+/// Whether kinds of `group` have strategic-merge metadata.
+pub fn has_strategic_schema(group: &str) -> bool {
+    BUILT_IN_GROUPS.contains(&group)
+}
 
 /// Kinds without tagged fields besides `metadata` (ConfigMap, Secret, Lease, Event, …).
 static METADATA_ONLY: KindSchema = KindSchema {
