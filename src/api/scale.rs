@@ -143,9 +143,9 @@ pub async fn write(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
                     _ => patches::apply_merge_patch(&current_scale, &input),
                 };
                 patched.map_err(|e| match e {
-                    PatchError::Malformed(m) | PatchError::NotApplicable(m) => {
-                        ApiError::BadRequest(m)
-                    }
+                    PatchError::Malformed(m)
+                    | PatchError::NotApplicable(m)
+                    | PatchError::Unsupported(m) => ApiError::BadRequest(m),
                 })?
             }
         };
