@@ -100,7 +100,7 @@ out=$(k get deploy ssa -o jsonpath='{.spec.replicas}')
 expect_grep "$T the conflicting apply changed nothing" '^2$' "$out"
 out=$(k apply --server-side --field-manager=beta --force-conflicts -f "$WORK/ssa-beta.yaml")
 expect_grep "$T --force-conflicts applies" '^deployment.apps/ssa serverside-applied' "$out"
-out=$(k get deploy ssa -o json | jq -r '.spec.replicas as $r | [.metadata.managedFields[] | select(.fieldsV1."f:spec"."f:replicas" != null) | .manager] | "\($r) \(join(","))"')
+out=$(k get deploy ssa -o json --show-managed-fields | jq -r '.spec.replicas as $r | [.metadata.managedFields[] | select(.fieldsV1."f:spec"."f:replicas" != null) | .manager] | "\($r) \(join(","))"')
 expect_grep "$T ownership of spec.replicas moved to beta" '^3 beta$' "$out"
 
 # --- patch with each patch type
