@@ -11,13 +11,9 @@
 //! thread's heap segment then faults in whole 2 MiB pages — about 10 MiB of a 20 MiB idle
 //! server is huge-page padding. Under load the same huge pages are worth ~12 % of create
 //! throughput (fewer TLB misses over a heap of tens of MiB). So the process starts with THP
-//! disabled (`PR_SET_THP_DISABLE`) and [`use_load_settings_when_heap_grows`] lifts that once
+//! disabled (`PR_SET_THP_DISABLE`) and [`enable_huge_pages_when_heap_grows`] lifts that once
 //! the anonymous resident memory passes [`HUGE_PAGE_HEAP_THRESHOLD`]: an idle server stays
 //! small, a loaded one gets the speed. Once on, they stay on.
-//!
-//! The same goes for purging: a small server hands freed pages back to the OS at once (purge
-//! delay 0), which under load turns into an `madvise` and a page fault for every page that
-//! is freed and reused a moment later; a grown heap gets mimalloc's default delay back.
 
 use std::time::Duration;
 
@@ -27,12 +23,6 @@ static GLOBAL_ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Anonymous resident memory above which transparent huge pages are allowed.
 pub const HUGE_PAGE_HEAP_THRESHOLD: u64 = 32 * 1024 * 1024;
 
-/// mimalloc's option numbers (mimalloc.h): 4 arena_eager_commit, 15 purge_delay.
-const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
-const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-/// mimalloc's default purge delay (ms), used once the heap has grown.
-const LOADED_PURGE_DELAY_MS: std::ffi::c_long = 10;
-
 /// How often the heap size is sampled (one read of `/proc/self/statm`).
 const HEAP_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -40,6 +30,9 @@ const HEAP_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// not committed ahead of use, and huge pages are off until the heap grows. Call first thing in
 /// `main`, before threads start.
 pub fn tune_allocator() {
+    // mimalloc's option numbers (mimalloc.h): 4 arena_eager_commit, 15 purge_delay.
+    const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
     // SAFETY: plain option setters of the C allocator; any value is valid.
     unsafe {
         libmimalloc_sys::mi_option_set(ARENA_EAGER_COMMIT, 0);
@@ -49,10 +42,13 @@ pub fn tune_allocator() {
     let _ = nix::sys::prctl::set_thp_disable(true);
 }
 
-/// Allows transparent huge pages and restores mimalloc's purge delay once the process's
-/// anonymous resident memory passes [`HUGE_PAGE_HEAP_THRESHOLD`]; returns then (or at once
-/// when `/proc` cannot be read). Run it as a background task of the server.
-pub async fn use_load_settings_when_heap_grows() {
+/// Allows transparent huge pages once the process's anonymous resident memory passes
+/// [`HUGE_PAGE_HEAP_THRESHOLD`]; returns then (or at once when THP was never disabled, or
+/// `/proc` cannot be read). Run it as a background task of the server.
+pub async fn enable_huge_pages_when_heap_grows() {
+    if !matches!(nix::sys::prctl::get_thp_disable(), Ok(true)) {
+        return;
+    }
     let mut ticker = tokio::time::interval(HEAP_SAMPLE_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -61,8 +57,6 @@ pub async fn use_load_settings_when_heap_grows() {
             return;
         };
         if anon >= HUGE_PAGE_HEAP_THRESHOLD {
-            // SAFETY: a plain option setter of the C allocator; any value is valid.
-            unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, LOADED_PURGE_DELAY_MS) };
             match nix::sys::prctl::set_thp_disable(false) {
                 Ok(()) => tracing::debug!(
                     anon_resident_bytes = anon,
