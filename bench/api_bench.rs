@@ -707,42 +707,6 @@ fn main() {
     let server = Server::start(&[]);
     let api = server.api();
     rt.block_on(async {
-        let wanted = std::env::var("LITEK8S_BENCH_PATCH_RESOURCE").unwrap_or_default();
-        let deployments_served = api
-            .get("/apis/apps/v1")
-            .await
-            .is_ok_and(|r| r.status == 200 && r.text().contains("\"deployments\""));
-        let target = match wanted.as_str() {
-            "configmaps" => PatchTarget::ConfigMaps,
-            "pods" => PatchTarget::Pods,
-            _ if deployments_served => PatchTarget::Deployments,
-            _ => PatchTarget::Pods,
-        };
-        ensure_namespace(&api, "bench-patch").await;
-        for (mode, what) in [
-            (PatchMode::Strategic, "PATCH (strategic merge)"),
-            (PatchMode::Apply, "server-side apply"),
-        ] {
-            let (n, elapsed, lat, errors) = patch_load(&api, "bench-patch", target, mode).await;
-            let rate = n as f64 / elapsed.as_secs_f64();
-            let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
-            println!(
-                "{what} of a {} at {PATCH_CONNS} connections: {n} in {:.1}s = {rate:.0}/s, p50 {}, p99 {}, errors {errors}",
-                target.label(),
-                elapsed.as_secs_f64(),
-                ms(p50),
-                ms(p99)
-            );
-            rows.push(row(
-                format!("{} {what}, {PATCH_CONNS} conn", target.label()),
-                format!("{rate:.0}/s, p50 {}, p99 {}", ms(p50), ms(p99)),
-                "≥ 3,000/s",
-                Some(rate >= 3000.0 && errors == 0),
-            ));
-        }
-        if patch_only {
-            return;
-        }
         ensure_namespace(&api, "bench-list").await;
         fill(&api, "bench-list", LIST_OBJECTS).await;
     });
