@@ -199,6 +199,8 @@ fn free_addr() -> SocketAddr {
 }
 
 /// A `litek8s lb` for `backend`, ready once it reports an active server.
+// The child is handed to the caller, which kills and waits for it when the run ends.
+#[allow(clippy::zombie_processes)]
 fn start_lb(bin: &str, backend: SocketAddr, tcp_check: bool) -> (Child, SocketAddr) {
     let (listen, status) = (free_addr(), free_addr());
     let mut cmd = Command::new(bin);
