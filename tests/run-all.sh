@@ -44,6 +44,22 @@ step_result() { # NAME PASSED FAILED [SKIPPED]
     echo "$verdict $1: $2 passed, $3 failed${4:+, $4 skipped}"
 }
 
+# The result of a script step from its log: its FAIL lines, and its last
+# `N passed, N failed` line (none at all counts as one failure).
+script_result() { # NAME LOG
+    local last p f
+    grep -E '^(FAIL|    \|)' "$2" | head -200
+    last=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$2" | tail -n 1)
+    p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$last")
+    f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$last")
+    if [ -z "$p" ]; then
+        p=0
+        f=1
+        tail -20 "$2"
+    fi
+    step_result "$1" "$p" "$f"
+}
+
 as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
         echo "need root to run: $*" >&2
@@ -158,16 +174,7 @@ if [ "${SKIP_KUBECTL:-0}" != 1 ]; then
             fi
             echo "== $name (log: $log)"
             SCENARIO_HA=$ha bash "$ROOT/tests/kubectl/scenario.sh" "$kc" >"$log" 2>&1
-            grep -E '^(FAIL|    \|)' "$log" | head -200
-            last=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
-            p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$last")
-            f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$last")
-            if [ -z "$p" ]; then
-                p=0
-                f=1
-                tail -20 "$log"
-            fi
-            step_result "$name" "$p" "$f"
+            script_result "$name" "$log"
         done
         # The workload kinds (workloads.sh) and the write paths (apply.sh), against a single
         # server each.
@@ -181,16 +188,7 @@ if [ "${SKIP_KUBECTL:-0}" != 1 ]; then
             fi
             echo "== $name (log: $log)"
             bash "$ROOT/tests/kubectl/$script.sh" "$kc" >"$log" 2>&1
-            grep -E '^(FAIL|    \|)' "$log" | head -200
-            last=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
-            p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$last")
-            f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$last")
-            if [ -z "$p" ]; then
-                p=0
-                f=1
-                tail -20 "$log"
-            fi
-            step_result "$name" "$p" "$f"
+            script_result "$name" "$log"
         done
     done
 fi

@@ -11,40 +11,10 @@ set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../lib.sh
 source "$HERE/../lib.sh"
+# shellcheck source=common.sh
+source "$HERE/common.sh"
 
-KUBECTL_BIN=${1:-kubectl}
-if ! command -v "$KUBECTL_BIN" >/dev/null 2>&1; then
-    echo "FAIL kubectl not found: $KUBECTL_BIN"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
-KVER=$("$KUBECTL_BIN" version --client -o json 2>/dev/null | jq -r '.clientVersion.gitVersion' 2>/dev/null)
-LABEL="kubectl ${KVER:-$KUBECTL_BIN} apply/patch"
-
-WORK=$(mktemp -d /tmp/litek8s-apply.XXXXXX)
-DATA=$WORK/data
-PORT=$(free_port)
-cleanup() {
-    stop_server >/dev/null 2>&1 || true
-    if [ "${KEEP_WORK:-0}" = 1 ] || [ "$FAILED" -gt 0 ]; then
-        echo "($LABEL: work directory kept: $WORK)"
-    else
-        rm -rf "$WORK"
-    fi
-}
-trap cleanup EXIT
-
-echo "== $LABEL against litek8s on 127.0.0.1:$PORT"
-if ! start_server "$DATA" "$PORT"; then
-    fail "$LABEL: server starts"
-    summary "$LABEL"
-    exit 1
-fi
-pass "$LABEL: server starts"
-
-KC=$DATA/kubeconfig.yaml
-k() { "$KUBECTL_BIN" --kubeconfig "$KC" --request-timeout=30s "$@" 2>&1; }
-T="$LABEL:"
+kubectl_suite_start "${1:-kubectl}" "apply/patch"
 
 # A deployment manifest: deployment NAME IMAGE ENV... (each ENV as NAME=VALUE)
 deployment() {
