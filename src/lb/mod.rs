@@ -12,6 +12,7 @@
 //! - [`discovery`]: learning the membership from `/litek8s/v1/apiservers`.
 //! - [`probe`]: the minimal HTTP/1.1 GET the checks and discovery use.
 //! - [`proxy`]: accepting clients and relaying bytes.
+//! - [`splice`]: the zero-copy relay of one connection.
 //! - [`persist`]: `servers.json` in the state directory.
 //! - [`status`]: `/metrics`, `/status` and the systemd `STATUS=` line.
 //! - [`run`]: listeners (socket activation or bind), tasks, shutdown.
@@ -25,6 +26,7 @@ pub mod proxy;
 pub mod run;
 pub mod servers;
 pub mod settings;
+pub mod splice;
 pub mod state;
 pub mod status;
 

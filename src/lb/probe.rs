@@ -122,6 +122,11 @@ async fn send<S: AsyncRead + AsyncWrite + Unpin>(
                 if raw.len() > MAX_ANSWER {
                     return Err(format!("answer longer than {MAX_ANSWER} bytes"));
                 }
+                // A server that keeps the connection open despite `Connection: close` has
+                // still answered once its Content-Length is in.
+                if answer_complete(&raw) {
+                    break;
+                }
             }
             // A TLS peer that closes without close_notify still sent a whole answer.
             Err(e) if !raw.is_empty() && e.kind() == std::io::ErrorKind::UnexpectedEof => break,
@@ -133,6 +138,23 @@ async fn send<S: AsyncRead + AsyncWrite + Unpin>(
         return Err("closed without answering".into());
     }
     Ok(raw)
+}
+
+/// True when `raw` holds a whole head with a Content-Length and that many body bytes.
+fn answer_complete(raw: &[u8]) -> bool {
+    let Some(head_end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let Ok(head) = std::str::from_utf8(&raw[..head_end]) else {
+        return false;
+    };
+    let length = head.split("\r\n").skip(1).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case("content-length")
+            .then(|| v.trim().parse::<usize>().ok())?
+    });
+    length.is_some_and(|len| raw.len() >= head_end + 4 + len)
 }
 
 /// Parses a whole HTTP/1.x answer: status line, headers, body (chunked or not).
@@ -241,7 +263,22 @@ impl ServerCertVerifier for AnyCertificate {
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{answer_complete, parse};
+
+    #[test]
+    fn an_answer_is_complete_once_its_content_length_is_in() {
+        let whole = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        assert!(answer_complete(whole));
+        assert!(!answer_complete(&whole[..whole.len() - 1]));
+        assert!(!answer_complete(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"
+        ));
+        // Without a length the answer ends only when the server closes.
+        assert!(!answer_complete(b"HTTP/1.1 200 OK\r\n\r\nok"));
+        assert!(!answer_complete(
+            b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\nok"
+        ));
+    }
 
     #[test]
     fn answers_are_parsed_or_refused_with_a_reason() {

@@ -1,5 +1,6 @@
 //! The data path: accept client connections (bounded by `--max-connections`), connect each
-//! to the best server that takes it, and copy bytes both ways untouched until either side
+//! to the best server that takes it, and move bytes both ways untouched (with splice(2),
+//! `lb::splice`, or a user-space copy when no pipe can be made) until either side
 //! closes, the server fails (its connections are closed so clients reconnect through a
 //! healthy one), or the balancer stops. A server that refuses the connection is marked
 //! failed at once and the next candidate is tried; a client for whom no server answers is
@@ -18,9 +19,10 @@ use tokio_util::task::TaskTracker;
 use super::balancer::Balancer;
 use super::probe;
 use super::servers::Candidate;
+use super::splice;
 
-/// Bytes buffered per direction of a connection (tokio's default is 8 KiB; larger buffers
-/// mean fewer syscalls on long streams).
+/// Bytes buffered per direction of a connection when copying through user space (tokio's
+/// default is 8 KiB; larger buffers mean fewer syscalls on long streams).
 const COPY_BUFFER: usize = 32 << 10;
 
 /// Tuning of the data path.
@@ -126,8 +128,25 @@ async fn relay(
     let _ = server.set_nodelay(true);
     let _open = OpenGuard::new(&candidate.counters.open);
     candidate.counters.total.fetch_add(1, Ordering::Relaxed);
+    let copy = async {
+        match splice::Pipes::new() {
+            Ok(pipes) => splice::relay(&client, &server, pipes).await.map(|_| ()),
+            // Out of file descriptors for pipes: copy through user space instead.
+            Err(e) => {
+                tracing::debug!("client {peer}: no pipes for splice ({e}); copying");
+                tokio::io::copy_bidirectional_with_sizes(
+                    &mut client,
+                    &mut server,
+                    COPY_BUFFER,
+                    COPY_BUFFER,
+                )
+                .await
+                .map(|_| ())
+            }
+        }
+    };
     tokio::select! {
-        copied = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut server, COPY_BUFFER, COPY_BUFFER) => {
+        copied = copy => {
             if let Err(e) = copied {
                 tracing::debug!("client {peer} <-> {}: {e}", candidate.addr);
             }
