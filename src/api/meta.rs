@@ -89,21 +89,40 @@ pub fn prepare_create(info: &ResourceInfo, object: &mut Value, name: &str, now: 
 
 /// Whether two versions differ outside metadata and status (what bumps generation).
 pub fn spec_changed(old: &Value, new: &Value) -> bool {
-    let strip = |v: &Value| -> Value {
-        let mut v = v.clone();
-        if let Some(m) = v.as_object_mut() {
-            m.remove("metadata");
-            m.remove("status");
-        }
-        v
+    !equal_except(old, new, &["metadata", "status"])
+}
+
+/// Whether two values are equal once the top-level `skipped` fields of both are left out
+/// (JSON object equality: key order does not matter). Compares in place, without copies.
+fn equal_except(a: &Value, b: &Value, skipped: &[&str]) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
     };
-    strip(old) != strip(new)
+    let kept = |m: &'_ serde_json::Map<String, Value>| {
+        m.keys().filter(|k| !skipped.contains(&k.as_str())).count()
+    };
+    kept(a) == kept(b)
+        && a.iter()
+            .filter(|(k, _)| !skipped.contains(&k.as_str()))
+            .all(|(k, v)| b.get(k) == Some(v))
+}
+
+/// Whether `new` equals `old` apart from `metadata.resourceVersion` (an update that changes
+/// nothing else is not written).
+pub fn same_but_rv(old: &Value, new: &Value) -> bool {
+    if !equal_except(old, new, &["metadata"]) {
+        return false;
+    }
+    match (old.get("metadata"), new.get("metadata")) {
+        (Some(a), Some(b)) => equal_except(a, b, &["resourceVersion"]),
+        (a, b) => a == b,
+    }
 }
 
 /// Carries over what an update may not change (uid, creationTimestamp, deletion fields,
 /// generation) and bumps generation when the spec changed.
 pub fn prepare_update(info: &ResourceInfo, old: &Value, new: &mut Value) {
-    let old_md = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
+    let old_md = old.get("metadata");
     let changed = info.tracks_generation && spec_changed(old, new);
     let md = metadata_mut(new);
     for field in [
@@ -113,7 +132,7 @@ pub fn prepare_update(info: &ResourceInfo, old: &Value, new: &mut Value) {
         "deletionGracePeriodSeconds",
         "generation",
     ] {
-        match old_md.get(field) {
+        match old_md.and_then(|m| m.get(field)) {
             Some(v) => md.insert(field.into(), v.clone()),
             None => md.remove(field),
         };
@@ -121,7 +140,7 @@ pub fn prepare_update(info: &ResourceInfo, old: &Value, new: &mut Value) {
     md.remove("selfLink");
     if changed {
         let generation = old_md
-            .get("generation")
+            .and_then(|m| m.get("generation"))
             .and_then(Value::as_i64)
             .unwrap_or(0);
         md.insert("generation".into(), json!(generation + 1));
@@ -147,19 +166,36 @@ pub fn is_deleting(object: &Value) -> bool {
         .is_some_and(|v| !v.is_null())
 }
 
-/// The object with `metadata.resourceVersion` removed, for "did anything change" checks.
-pub fn without_rv(object: &Value) -> Value {
-    let mut v = object.clone();
-    if let Some(md) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        md.remove("resourceVersion");
-    }
-    v
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kube::resources;
+
+    #[test]
+    fn changes_are_found_without_copies() {
+        let old = json!({"metadata": {"name": "a", "resourceVersion": "5"},
+            "spec": {"replicas": 1, "x": [1, 2]}, "status": {"ready": 0}});
+        let same = json!({"spec": {"x": [1, 2], "replicas": 1},
+            "metadata": {"name": "a"}, "status": {"ready": 0}});
+        assert!(same_but_rv(&old, &same));
+        assert!(!spec_changed(&old, &same));
+        let status_moved = json!({"metadata": {"name": "a"},
+            "spec": {"replicas": 1, "x": [1, 2]}, "status": {"ready": 1}});
+        assert!(!spec_changed(&old, &status_moved));
+        assert!(!same_but_rv(&old, &status_moved));
+        let labelled = json!({"metadata": {"name": "a", "labels": {"l": "v"}},
+            "spec": {"replicas": 1, "x": [1, 2]}, "status": {"ready": 0}});
+        assert!(!spec_changed(&old, &labelled));
+        assert!(!same_but_rv(&old, &labelled));
+        let scaled = json!({"metadata": {"name": "a"},
+            "spec": {"replicas": 2, "x": [1, 2]}, "status": {"ready": 0}});
+        assert!(spec_changed(&old, &scaled));
+        // A field added or dropped outside metadata and status is a change too.
+        let extra = json!({"metadata": {"name": "a"}, "spec": {"replicas": 1, "x": [1, 2]},
+            "status": {"ready": 0}, "data": {}});
+        assert!(spec_changed(&old, &extra) && spec_changed(&extra, &old));
+        assert!(!same_but_rv(&old, &json!({"metadata": {"name": "a"}})));
+    }
 
     #[test]
     fn generated_names() {

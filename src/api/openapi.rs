@@ -153,7 +153,7 @@ pub fn unknown_fields(
 pub fn type_errors(group: &str, version: &str, kind: &str, object: &Value) -> Option<Vec<String>> {
     let (doc, schema) = kind_schema(group, version, kind)?;
     let mut out = Vec::new();
-    walk_types(doc, schema, object, kind, &mut out, 0);
+    walk_types(doc, schema, object, &mut vec![kind], &mut out, 0);
     Some(out)
 }
 
@@ -226,11 +226,13 @@ fn type_matches(expected: &str, schema: &Value, value: &Value) -> bool {
     }
 }
 
-fn walk_types(
+/// Checks `value` against `schema`; `path` holds the field names down to `value` (the kind
+/// first), joined into a Go-style field path only when an error is reported.
+fn walk_types<'a>(
     doc: &Value,
     schema: &Value,
-    value: &Value,
-    path: &str,
+    value: &'a Value,
+    path: &mut Vec<&'a str>,
     out: &mut Vec<String>,
     depth: usize,
 ) {
@@ -253,8 +255,9 @@ fn walk_types(
             other => other.to_string(),
         };
         out.push(format!(
-            "json: cannot unmarshal {} into Go struct field {path} of type {go_type}",
-            json_type_name(value)
+            "json: cannot unmarshal {} into Go struct field {} of type {go_type}",
+            json_type_name(value),
+            path.join(".")
         ));
         return;
     }
@@ -270,19 +273,38 @@ fn walk_types(
                 }
                 _ => "illegal base64 data".to_string(),
             };
-            out.push(format!("{detail} (field {path})"));
+            out.push(format!("{detail} (field {})", path.join(".")));
         }
         return;
     }
-    for (step, child_schema, child) in schema_children(schema, value) {
-        if let Some(child_schema) = child_schema {
-            // Go names the struct field, not the index, in decoding errors.
-            let child_path = match step {
-                Step::Key(key) => format!("{path}.{key}"),
-                Step::Index(_) => path.to_string(),
-            };
-            walk_types(doc, child_schema, child, &child_path, out, depth + 1);
+    match value {
+        Value::Object(fields) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            if props.is_none() && additional.is_none() {
+                return;
+            }
+            for (key, child) in fields {
+                let child_schema = match props {
+                    Some(props) => props.get(key),
+                    None => additional,
+                };
+                if let Some(child_schema) = child_schema {
+                    path.push(key);
+                    walk_types(doc, child_schema, child, path, out, depth + 1);
+                    path.pop();
+                }
+            }
         }
+        // Go names the struct field, not the index, in decoding errors: no path step.
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for item in items {
+                    walk_types(doc, item_schema, item, path, out, depth + 1);
+                }
+            }
+        }
+        _ => {}
     }
 }
 

@@ -145,7 +145,7 @@ pub async fn replace(
     }
     let reservation = kinds::prepare(&req.ctx, info, &name, Some(&old), &mut new)?;
     super::ownership::record_write(req, Some(&old), &mut new);
-    if new == meta::without_rv(&old) {
+    if meta::same_but_rv(&old, &new) {
         return Ok(Written::Stored(current.clone()));
     }
     if req.query.dry_run {

@@ -157,7 +157,19 @@ impl Typed<'_> {
     ) -> Result<Value, String> {
         match (self.shape(config, sp), live, config) {
             (Shape::Object, Value::Object(live_map), Value::Object(config_map)) => {
-                let mut out = live_map.clone();
+                // Live fields keep their places; those the configuration names are merged
+                // below, so only a placeholder is copied for them.
+                let mut out: serde_json::Map<String, Value> = live_map
+                    .iter()
+                    .map(|(key, prior)| {
+                        let kept = if config_map.contains_key(key) {
+                            Value::Null
+                        } else {
+                            prior.clone()
+                        };
+                        (key.clone(), kept)
+                    })
+                    .collect();
                 for (key, child) in config_map {
                     if child.is_null() {
                         out.shift_remove(key);

@@ -187,13 +187,12 @@ pub fn apply(
     force: bool,
 ) -> Result<Value, ApplyError> {
     let typed = ctx.typed();
-    let live_value = live
-        .cloned()
-        .unwrap_or_else(|| Value::Object(Default::default()));
+    let empty = Value::Object(Default::default());
+    let live_value = live.unwrap_or(&empty);
     let mut entries = live.map(read_entries).unwrap_or_default();
     let applied = ctx.ownable(&typed.field_set(config).map_err(ApplyError::Invalid)?);
     let mut merged = typed
-        .merge(&live_value, config)
+        .merge(live_value, config)
         .map_err(ApplyError::Invalid)?;
     let mut me = Entry {
         manager: manager.to_string(),
@@ -248,10 +247,12 @@ pub fn apply(
     if !conflicts.is_empty() {
         return Err(ApplyError::Conflicts(conflicts));
     }
-    for entry in &mut entries {
-        entry.fields = entry.fields.difference(&removed);
+    if !removed.is_empty() {
+        for entry in &mut entries {
+            entry.fields = entry.fields.difference(&removed);
+        }
+        me.fields = me.fields.difference(&removed);
     }
-    me.fields = me.fields.difference(&removed);
     if changed.is_empty() && removed.is_empty() {
         if let Some(last) = &last {
             me.time = last.time.clone();
