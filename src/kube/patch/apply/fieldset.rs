@@ -248,6 +248,33 @@ impl FieldSet {
         out
     }
 
+    /// `self.difference(other)` in place: nothing kept is copied.
+    pub fn difference_in_place(&mut self, other: &FieldSet) {
+        if other.is_empty() {
+            return;
+        }
+        self.children.retain(|pe, mine| {
+            if let Some(theirs) = other.children.get(pe) {
+                mine.member = mine.member && !theirs.member;
+                mine.set.difference_in_place(&theirs.set);
+            }
+            !mine.is_empty()
+        });
+    }
+
+    /// `self.recursive_difference(other)` in place.
+    pub fn recursive_difference_in_place(&mut self, other: &FieldSet) {
+        self.children
+            .retain(|pe, mine| match other.children.get(pe) {
+                None => !mine.is_empty(),
+                Some(theirs) if theirs.member => false,
+                Some(theirs) => {
+                    mine.set.recursive_difference_in_place(&theirs.set);
+                    !mine.is_empty()
+                }
+            });
+    }
+
     /// Members of `self` that are neither members of `other` nor below one of its members.
     pub fn recursive_difference(&self, other: &FieldSet) -> FieldSet {
         let mut out = FieldSet::new();
@@ -392,6 +419,45 @@ mod tests {
         assert_eq!(a.recursive_difference(&spec).paths(), vec![vec![f("data")]]);
         assert_eq!(a.difference(&spec), a);
         assert!(a.has_below(&[f("spec")]) && !a.has_below(&[f("data")]));
+    }
+
+    #[test]
+    fn in_place_differences_equal_the_copying_ones() {
+        let mut a = FieldSet::new();
+        for path in [
+            vec![f("spec")],
+            vec![f("spec"), f("replicas")],
+            vec![f("spec"), f("template"), f("image")],
+            vec![f("status"), f("ready")],
+            vec![f("data")],
+        ] {
+            a.insert(&path);
+        }
+        let mut others = Vec::new();
+        for paths in [
+            vec![],
+            vec![vec![f("spec")]],
+            vec![vec![f("spec"), f("replicas")], vec![f("data")]],
+            vec![
+                vec![f("status")],
+                vec![f("spec"), f("template"), f("image")],
+            ],
+            vec![vec![f("absent")]],
+        ] {
+            let mut other = FieldSet::new();
+            for path in paths {
+                other.insert(&path);
+            }
+            others.push(other);
+        }
+        for other in &others {
+            let mut in_place = a.clone();
+            in_place.difference_in_place(other);
+            assert_eq!(in_place, a.difference(other));
+            let mut in_place = a.clone();
+            in_place.recursive_difference_in_place(other);
+            assert_eq!(in_place, a.recursive_difference(other));
+        }
     }
 
     #[test]

@@ -132,7 +132,7 @@ impl<'a> WriteContext<'a> {
     }
 
     /// `set` without server-owned fields and fields outside the write's scope.
-    fn ownable(&self, set: &FieldSet) -> FieldSet {
+    fn ownable(&self, mut set: FieldSet) -> FieldSet {
         static FIXED: std::sync::OnceLock<(FieldSet, FieldSet)> = std::sync::OnceLock::new();
         let (stripped, status) = FIXED.get_or_init(|| {
             let mut stripped = FieldSet::new();
@@ -147,16 +147,20 @@ impl<'a> WriteContext<'a> {
             status.insert(&[PathElement::Field("status".into())]);
             (stripped, status)
         });
-        let set = set.difference(stripped);
+        set.difference_in_place(stripped);
         match self.scope {
             Scope::Main {
                 status_separate: true,
-            } => set.recursive_difference(status),
+            } => set.recursive_difference_in_place(status),
             Scope::Main {
                 status_separate: false,
-            } => set,
-            Scope::Status => set.difference(&set.recursive_difference(status)),
+            } => {}
+            Scope::Status => {
+                let outside = set.recursive_difference(status);
+                set.difference_in_place(&outside);
+            }
         }
+        set
     }
 }
 
@@ -190,7 +194,7 @@ pub fn apply(
     let empty = Value::Object(Default::default());
     let live_value = live.unwrap_or(&empty);
     let mut entries = live.map(read_entries).unwrap_or_default();
-    let applied = ctx.ownable(&typed.field_set(config).map_err(ApplyError::Invalid)?);
+    let applied = ctx.ownable(typed.field_set(config).map_err(ApplyError::Invalid)?);
     let mut merged = typed
         .merge(live_value, config)
         .map_err(ApplyError::Invalid)?;
@@ -227,8 +231,8 @@ pub fn apply(
     let cmp = typed
         .compare(live.unwrap_or(&zero), &merged)
         .map_err(ApplyError::Invalid)?;
-    let changed = ctx.ownable(&cmp.added.union(&cmp.modified));
-    let removed = ctx.ownable(&cmp.removed);
+    let changed = ctx.ownable(cmp.added.union(&cmp.modified));
+    let removed = ctx.ownable(cmp.removed);
     let mut conflicts = Vec::new();
     for entry in &mut entries {
         let taken = entry.fields.intersection(&changed);
@@ -236,7 +240,7 @@ pub fn apply(
             continue;
         }
         if force {
-            entry.fields = entry.fields.difference(&taken);
+            entry.fields.difference_in_place(&taken);
         } else {
             conflicts.extend(taken.paths().iter().map(|p| Conflict {
                 manager: entry.display(),
@@ -249,9 +253,9 @@ pub fn apply(
     }
     if !removed.is_empty() {
         for entry in &mut entries {
-            entry.fields = entry.fields.difference(&removed);
+            entry.fields.difference_in_place(&removed);
         }
-        me.fields = me.fields.difference(&removed);
+        me.fields.difference_in_place(&removed);
     }
     if changed.is_empty() && removed.is_empty() {
         if let Some(last) = &last {
@@ -333,8 +337,8 @@ pub fn record_update(ctx: &WriteContext<'_>, old: Option<&Value>, new: &mut Valu
         managed::write(new, Vec::new());
         return;
     };
-    let changed = ctx.ownable(&cmp.added.union(&cmp.modified));
-    let removed = ctx.ownable(&cmp.removed);
+    let changed = ctx.ownable(cmp.added.union(&cmp.modified));
+    let removed = ctx.ownable(cmp.removed);
     let me = Entry {
         manager: manager.to_string(),
         operation: Operation::Update,
