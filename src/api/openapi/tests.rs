@@ -122,3 +122,25 @@ fn strict_message_matches_kube_apiserver() {
          unknown field \"spec.foo\", unknown field \"bar\""
     );
 }
+
+#[test]
+fn lookup_agrees_with_json_pointer() {
+    let doc = serde_json::json!({
+        "definitions": {"a.b/c": {"type": "string"}, "x~y": [1, {"z": 2}]},
+        "list": [10, 20]
+    });
+    for pointer in [
+        "",
+        "/definitions",
+        "/definitions/a.b~1c",
+        "/definitions/x~0y/1/z",
+        "/list/1",
+        "/list/2",
+        "/list/x",
+        "/missing",
+        "/definitions/a.b~1c/type/deeper",
+        "nope",
+    ] {
+        assert_eq!(lookup(&doc, pointer), doc.pointer(pointer), "{pointer}");
+    }
+}
