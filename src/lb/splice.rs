@@ -137,6 +137,13 @@ async fn pump(from: &TcpStream, to: &TcpStream, pipe: Pipe) -> io::Result<u64> {
                     left -= n;
                     moved += n as u64;
                 }
+                // The pipe holds `left` bytes, so moving none would repeat forever.
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "splice moved nothing out of a non-empty pipe",
+                    ))
+                }
                 Ok(n) => {
                     left -= n;
                     moved += n as u64;
