@@ -66,6 +66,10 @@ pub struct ClusterNode {
     /// leader at once, with a committed index read back from the log that may lag what it had
     /// acknowledged; its reads must wait until it has applied everything it held (SPEC H5).
     pub startup_last_log: Option<u64>,
+    /// The commit index this process read back from its log at start: openraft re-applies
+    /// up to it on its own, so that much is "replaying the local log"; entries above it
+    /// wait for a leader to say they are committed.
+    pub startup_committed: Option<u64>,
     batcher: Batcher,
     heard: Mutex<Heard>,
     /// Bytes of the snapshot being received from the leader and when the last chunk came,
@@ -117,6 +121,7 @@ impl ClusterNode {
         })
         .await
         .map_err(|e| ServerError::Cluster(format!("opening the Raft log: {e}")))??;
+        let startup_committed = log.committed().map(|l| l.index);
 
         let raft_peers = {
             let _guard = runtime.enter();
@@ -144,6 +149,7 @@ impl ClusterNode {
         let startup_last_log = raft.metrics().borrow().last_log_index;
         Ok(Arc::new(ClusterNode {
             startup_last_log,
+            startup_committed,
             id,
             me: config.me,
             raft,

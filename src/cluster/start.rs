@@ -508,24 +508,91 @@ pub async fn readiness_loop(
                         "not ready"
                     );
                 }
-                match node.startup_last_log {
-                    _ if node.snapshot_progress().is_some() => reporter.set(
-                        Readiness::InstallingSnapshot {
-                            done: node.snapshot_progress().unwrap_or(0),
-                            total: 0,
-                        },
-                        "receiving a snapshot from the leader",
-                    ),
-                    Some(total) if applied < total && !reporter.ready_sent() => reporter.set(
-                        Readiness::ReplayingLog {
-                            done: applied,
-                            total,
-                        },
-                        "re-applying the local log",
-                    ),
-                    _ => reporter.set(Readiness::Waiting { why }, "not in step with a leader"),
-                }
+                let (status, reason) = status_while_not_ready(
+                    node.snapshot_progress(),
+                    node.startup_committed,
+                    applied,
+                    reporter.ready_sent(),
+                    why,
+                );
+                reporter.set(status, reason);
             }
         }
+    }
+}
+
+/// What the status line says while this member is not ready, with the reason logged for the
+/// change: a snapshot transfer, the re-application of the entries known committed when the
+/// process started (only before the first `READY=1`), or otherwise the reason it is waiting.
+/// An uncommitted tail above `startup_committed` is not replay: it needs a leader.
+fn status_while_not_ready(
+    snapshot_bytes: Option<u64>,
+    startup_committed: Option<u64>,
+    applied: u64,
+    ready_sent: bool,
+    why: String,
+) -> (Readiness, &'static str) {
+    match (snapshot_bytes, startup_committed) {
+        (Some(done), _) => (
+            Readiness::InstallingSnapshot { done, total: 0 },
+            "receiving a snapshot from the leader",
+        ),
+        (None, Some(total)) if applied < total && !ready_sent => (
+            Readiness::ReplayingLog {
+                done: applied,
+                total,
+            },
+            "re-applying the local log",
+        ),
+        _ => (Readiness::Waiting { why }, "not in step with a leader"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(
+        snapshot: Option<u64>,
+        committed: Option<u64>,
+        applied: u64,
+        sent: bool,
+    ) -> Readiness {
+        status_while_not_ready(snapshot, committed, applied, sent, "no leader".into()).0
+    }
+
+    #[test]
+    fn committed_entries_left_to_apply_are_replay_progress() {
+        assert_eq!(
+            status(None, Some(40), 12, false),
+            Readiness::ReplayingLog {
+                done: 12,
+                total: 40
+            }
+        );
+    }
+
+    #[test]
+    fn an_uncommitted_tail_waits_for_a_leader_instead_of_replaying_forever() {
+        // Applied everything known committed at start; the log may hold more, but only a
+        // leader can commit it: the status says why the member is not ready.
+        let waiting = Readiness::Waiting {
+            why: "no leader".into(),
+        };
+        assert_eq!(status(None, Some(40), 40, false), waiting);
+        assert_eq!(status(None, None, 0, false), waiting);
+        // After READY=1, falling behind is not a replay either.
+        assert_eq!(status(None, Some(40), 12, true), waiting);
+    }
+
+    #[test]
+    fn a_snapshot_transfer_shows_its_bytes() {
+        assert_eq!(
+            status(Some(4096), Some(40), 12, false),
+            Readiness::InstallingSnapshot {
+                done: 4096,
+                total: 0
+            }
+        );
     }
 }
