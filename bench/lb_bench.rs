@@ -103,6 +103,26 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
 }
 
+/// Lets the client `tasks` run for `SHORT_SECONDS`, stops them through `stop`, and sums up
+/// the latencies they recorded: (requests/s, p50, p99).
+async fn gather_latencies(
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>,
+) -> (f64, Duration, Duration) {
+    tokio::time::sleep(Duration::from_secs_f64(SHORT_SECONDS)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("client task"));
+    }
+    all.sort();
+    (
+        all.len() as f64 / SHORT_SECONDS,
+        percentile(&all, 0.5),
+        percentile(&all, 0.99),
+    )
+}
+
 /// Short requests on `CONNECTIONS` keep-alive connections: (requests/s, p50, p99).
 async fn short_requests(addr: SocketAddr) -> (f64, Duration, Duration) {
     let stop = Arc::new(AtomicBool::new(false));
@@ -131,18 +151,7 @@ async fn short_requests(addr: SocketAddr) -> (f64, Duration, Duration) {
             latencies
         }));
     }
-    tokio::time::sleep(Duration::from_secs_f64(SHORT_SECONDS)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.expect("client task"));
-    }
-    all.sort();
-    (
-        all.len() as f64 / SHORT_SECONDS,
-        percentile(&all, 0.5),
-        percentile(&all, 0.99),
-    )
+    gather_latencies(stop, tasks).await
 }
 
 /// One 100 MiB answer: MiB/s.
@@ -244,18 +253,7 @@ async fn api_short_requests(api: &support::Api, connections: usize) -> (f64, Dur
             latencies
         }));
     }
-    tokio::time::sleep(Duration::from_secs_f64(SHORT_SECONDS)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.expect("client task"));
-    }
-    all.sort();
-    (
-        all.len() as f64 / SHORT_SECONDS,
-        percentile(&all, 0.5),
-        percentile(&all, 0.99),
-    )
+    gather_latencies(stop, tasks).await
 }
 
 /// The object the short API requests read.
