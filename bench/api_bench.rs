@@ -380,7 +380,12 @@ async fn pod_table_list(api: &Api) -> Row {
     let mut conn = api.connect().await.expect("connect");
     let mut times = Vec::new();
     let mut size = 0;
-    for _ in 0..5 {
+    // API_BENCH_TABLE_LISTS=N lists N times instead of 5 (for profiling the server).
+    let lists = std::env::var("API_BENCH_TABLE_LISTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5usize);
+    for _ in 0..lists {
         let t = Instant::now();
         let resp = conn
             .request_accept("GET", "/api/v1/namespaces/bench-pods/pods", TABLE_ACCEPT)

@@ -8,12 +8,15 @@
 
 mod cluster;
 mod core;
+mod fields;
 mod format;
 mod other;
 mod stream;
 mod workloads;
 
 use serde_json::{json, Value};
+
+use format::At;
 
 use crate::kube::resources::ResourceInfo;
 
@@ -202,7 +205,7 @@ fn row_conditions(info: &ResourceInfo, obj: &Value) -> Option<Value> {
     if !(info.group.is_empty() && info.kind == "Pod") {
         return None;
     }
-    let (reason, message) = match obj.pointer("/status/phase").and_then(Value::as_str)? {
+    let (reason, message) = match obj.at("/status/phase").and_then(Value::as_str)? {
         "Succeeded" => ("Succeeded", "The pod has completed successfully."),
         "Failed" => ("Failed", "The pod failed."),
         _ => return None,

@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use super::format::{age, array, label_selector, name, text};
+use super::format::{age, array, label_selector, name, text, At};
 use super::{col, typed, wide, Column, Printer, AGE, NAME};
 
 pub(super) static PRINTERS: &[Printer] = &[
@@ -96,7 +96,7 @@ fn access_modes(obj: &Value, pointer: &str) -> String {
 
 /// The storage quantity at `pointer` ("0" when unset, like a zero `Quantity`).
 fn storage(obj: &Value, pointer: &str) -> String {
-    match obj.pointer(pointer) {
+    match obj.at(pointer) {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Number(n)) => n.to_string(),
         _ => "0".into(),
@@ -105,7 +105,7 @@ fn storage(obj: &Value, pointer: &str) -> String {
 
 fn storage_class_of(obj: &Value) -> String {
     if let Some(class) = obj
-        .pointer("/metadata/annotations")
+        .at("/metadata/annotations")
         .and_then(|a| a.get(BETA_STORAGE_CLASS))
         .and_then(Value::as_str)
     {
@@ -115,12 +115,12 @@ fn storage_class_of(obj: &Value) -> String {
 }
 
 fn deleting(obj: &Value) -> bool {
-    obj.pointer("/metadata/deletionTimestamp")
+    obj.at("/metadata/deletionTimestamp")
         .is_some_and(|v| !v.is_null())
 }
 
 fn unset_or(obj: &Value, pointer: &str) -> String {
-    obj.pointer(pointer)
+    obj.at(pointer)
         .and_then(Value::as_str)
         .unwrap_or("<unset>")
         .to_string()
@@ -141,7 +141,7 @@ const PV: &[Column] = &[
 ];
 
 fn persistent_volume(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
-    let claim = match obj.pointer("/spec/claimRef") {
+    let claim = match obj.at("/spec/claimRef") {
         Some(r) if r.is_object() => {
             format!("{}/{}", text(r, "/namespace"), text(r, "/name"))
         }
@@ -216,7 +216,7 @@ const RESOURCEQUOTA: &[Column] = &[
 
 fn resource_quota(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
     let mut resources: Vec<&String> = obj
-        .pointer("/status/hard")
+        .at("/status/hard")
         .and_then(Value::as_object)
         .map(|m| m.keys().collect())
         .unwrap_or_default();
@@ -257,7 +257,7 @@ const STORAGECLASS: &[Column] = &[
 
 /// `storageutil.IsDefaultAnnotation`: the GA or beta default-class annotation set to "true".
 fn is_default_class(obj: &Value) -> bool {
-    let annotations = obj.pointer("/metadata/annotations");
+    let annotations = obj.at("/metadata/annotations");
     [
         "storageclass.kubernetes.io/is-default-class",
         "storageclass.beta.kubernetes.io/is-default-class",
@@ -334,7 +334,7 @@ const INGRESS: &[Column] = &[
 
 fn ingress(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
     let class = obj
-        .pointer("/spec/ingressClassName")
+        .at("/spec/ingressClassName")
         .and_then(Value::as_str)
         .unwrap_or("<none>");
     let rules = array(obj, "/spec/rules");
@@ -398,7 +398,7 @@ const INGRESSCLASS: &[Column] = &[
 ];
 
 fn ingress_class(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
-    let parameters = match obj.pointer("/spec/parameters") {
+    let parameters = match obj.at("/spec/parameters") {
         Some(p) if p.is_object() => {
             let mut s = text(p, "/kind").to_string();
             if let Some(group) = p.get("apiGroup").and_then(Value::as_str) {
@@ -425,7 +425,7 @@ const NETWORKPOLICY: &[Column] = &[
 fn network_policy(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
     // podSelector is a value, not a pointer, upstream: a missing one is the empty selector.
     let selector = obj
-        .pointer("/spec/podSelector")
+        .at("/spec/podSelector")
         .cloned()
         .unwrap_or_else(|| json!({}));
     vec![

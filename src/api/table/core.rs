@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use super::format::{
-    age, array, count, int, labels, list_with_more, name, or_none, text, timestamp,
+    age, array, count, int, labels, list_with_more, name, or_none, text, timestamp, At,
 };
 use super::{col, wide, Column, Printer, AGE, NAME};
 
@@ -97,11 +97,11 @@ fn node(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
             }
         })
         .unwrap_or_else(|| vec!["Unknown".to_string()]);
-    if obj.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+    if obj.at("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
         status.push("SchedulingDisabled".into());
     }
     let mut roles: Vec<&str> = obj
-        .pointer("/metadata/labels")
+        .at("/metadata/labels")
         .and_then(Value::as_object)
         .map(|labels| {
             labels
@@ -205,7 +205,7 @@ fn pod(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
     {
         reason = "SchedulingGated".into();
     }
-    let finished = |c: &Value| timestamp(c.pointer("/lastState/terminated/finishedAt"));
+    let finished = |c: &Value| timestamp(c.at("/lastState/terminated/finishedAt"));
 
     let mut initializing = false;
     for (i, c) in array(obj, "/status/initContainerStatuses")
@@ -219,12 +219,12 @@ fn pod(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
             sidecar_restarts += int(c, "/restartCount");
             last_sidecar_restart = last_sidecar_restart.max(finished(c));
         }
-        let terminated = c.pointer("/state/terminated").filter(|t| t.is_object());
+        let terminated = c.at("/state/terminated").filter(|t| t.is_object());
         let waiting_reason = text(c, "/state/waiting/reason");
         if terminated.is_some_and(|t| int(t, "/exitCode") == 0) {
             continue;
-        } else if sidecar && c.pointer("/started").and_then(Value::as_bool) == Some(true) {
-            if c.pointer("/ready").and_then(Value::as_bool) == Some(true) {
+        } else if sidecar && c.at("/started").and_then(Value::as_bool) == Some(true) {
+            if c.at("/ready").and_then(Value::as_bool) == Some(true) {
                 ready += 1;
             }
             continue;
@@ -247,13 +247,13 @@ fn pod(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
             restarts += int(c, "/restartCount");
             last_restart = last_restart.max(finished(c));
             let waiting_reason = text(c, "/state/waiting/reason");
-            let terminated = c.pointer("/state/terminated").filter(|t| t.is_object());
+            let terminated = c.at("/state/terminated").filter(|t| t.is_object());
             if !waiting_reason.is_empty() {
                 reason = waiting_reason.to_string();
             } else if let Some(t) = terminated {
                 reason = terminated_reason(t, "");
-            } else if c.pointer("/ready").and_then(Value::as_bool) == Some(true)
-                && c.pointer("/state/running").is_some_and(Value::is_object)
+            } else if c.at("/ready").and_then(Value::as_bool) == Some(true)
+                && c.at("/state/running").is_some_and(Value::is_object)
             {
                 has_running = true;
                 ready += 1;
@@ -270,7 +270,7 @@ fn pod(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
     }
 
     let deleting = obj
-        .pointer("/metadata/deletionTimestamp")
+        .at("/metadata/deletionTimestamp")
         .is_some_and(|v| !v.is_null());
     if deleting && text(obj, "/status/reason") == "NodeLost" {
         reason = "Unknown".into();

@@ -57,6 +57,38 @@ pub fn human_duration(d: chrono::Duration) -> String {
     }
 }
 
+/// Field access by JSON pointer for the printers. `Value::pointer` allocates two strings per
+/// token to undo `~0`/`~1` escapes; the printers' pointers are literals without escapes and
+/// run for every row of a list, so tokens are looked up as they are (an escaped pointer is
+/// handed to `Value::pointer`).
+pub trait At {
+    fn at(&self, pointer: &str) -> Option<&Value>;
+}
+
+impl At for Value {
+    fn at(&self, pointer: &str) -> Option<&Value> {
+        if pointer.contains('~') {
+            return self.pointer(pointer);
+        }
+        if pointer.is_empty() {
+            return Some(self);
+        }
+        let rest = pointer.strip_prefix('/')?;
+        rest.split('/').try_fold(self, |node, token| match node {
+            Value::Object(map) => map.get(token),
+            Value::Array(items) => {
+                // RFC 6901 array indexes: decimal, no leading zeros, no sign.
+                let digits = !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit());
+                if !digits || (token.len() > 1 && token.starts_with('0')) {
+                    return None;
+                }
+                token.parse::<usize>().ok().and_then(|i| items.get(i))
+            }
+            _ => None,
+        })
+    }
+}
+
 /// Parses an RFC 3339 timestamp (metav1.Time or MicroTime); `None` when missing or invalid.
 pub fn timestamp(value: Option<&Value>) -> Option<DateTime<Utc>> {
     let s = value?.as_str()?;
@@ -75,7 +107,7 @@ pub fn since(value: Option<&Value>, now: DateTime<Utc>) -> String {
 
 /// The AGE cell: time since `metadata.creationTimestamp`.
 pub fn age(obj: &Value, now: DateTime<Utc>) -> String {
-    since(obj.pointer("/metadata/creationTimestamp"), now)
+    since(obj.at("/metadata/creationTimestamp"), now)
 }
 
 /// The NAME cell.
@@ -85,12 +117,12 @@ pub fn name(obj: &Value) -> &str {
 
 /// The string at `pointer`, or "" (Go's zero value) when missing or not a string.
 pub fn text<'a>(obj: &'a Value, pointer: &str) -> &'a str {
-    obj.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+    obj.at(pointer).and_then(Value::as_str).unwrap_or("")
 }
 
 /// The array at `pointer`, or an empty slice.
 pub fn array<'a>(obj: &'a Value, pointer: &str) -> &'a [Value] {
-    obj.pointer(pointer)
+    obj.at(pointer)
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or(&[])
@@ -98,7 +130,7 @@ pub fn array<'a>(obj: &'a Value, pointer: &str) -> &'a [Value] {
 
 /// Number of entries of the object or array at `pointer` (0 when missing).
 pub fn count(obj: &Value, pointer: &str) -> usize {
-    match obj.pointer(pointer) {
+    match obj.at(pointer) {
         Some(Value::Object(map)) => map.len(),
         Some(Value::Array(list)) => list.len(),
         _ => 0,
@@ -107,12 +139,12 @@ pub fn count(obj: &Value, pointer: &str) -> usize {
 
 /// The integer at `pointer`, or 0.
 pub fn int(obj: &Value, pointer: &str) -> i64 {
-    obj.pointer(pointer).and_then(Value::as_i64).unwrap_or(0)
+    obj.at(pointer).and_then(Value::as_i64).unwrap_or(0)
 }
 
 /// `labels.FormatLabels`: sorted `k=v` pairs joined by commas, `<none>` when empty.
 pub fn labels(obj: &Value, pointer: &str) -> String {
-    let Some(map) = obj.pointer(pointer).and_then(Value::as_object) else {
+    let Some(map) = obj.at(pointer).and_then(Value::as_object) else {
         return "<none>".into();
     };
     let mut pairs: Vec<String> = map

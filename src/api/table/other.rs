@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use super::format::{age, array, int, list_with_more, name, since, text, timestamp};
+use super::format::{age, array, int, list_with_more, name, since, text, timestamp, At};
 use super::{col, wide, Column, Printer, AGE, NAME};
 
 pub(super) static PRINTERS: &[Printer] = &[
@@ -93,17 +93,17 @@ fn events_event(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
 /// A port of kube-apiserver's `printEvent`.
 fn event(f: EventFields<'_>, now: DateTime<Utc>) -> Vec<Value> {
     let obj = f.obj;
-    let first = match timestamp(obj.pointer(f.first)) {
-        Some(_) => since(obj.pointer(f.first), now),
+    let first = match timestamp(obj.at(f.first)) {
+        Some(_) => since(obj.at(f.first), now),
         None => since(obj.get("eventTime"), now),
     };
-    let mut last = match timestamp(obj.pointer(f.last)) {
-        Some(_) => since(obj.pointer(f.last), now),
+    let mut last = match timestamp(obj.at(f.last)) {
+        Some(_) => since(obj.at(f.last), now),
         None => first.clone(),
     };
     let mut count = int(obj, f.count);
     if obj.get("series").is_some_and(Value::is_object) {
-        last = since(obj.pointer("/series/lastObservedTime"), now);
+        last = since(obj.at("/series/lastObservedTime"), now);
         count = int(obj, "/series/count");
     } else if count == 0 {
         // Singleton events have no count in the new API.

@@ -570,7 +570,6 @@ fn info_in(group: &str, plural: &str) -> &'static ResourceInfo {
 
 #[test]
 fn streamed_table_equals_rendered_table() {
-    use crate::kube::object::ObjectKey;
     let pods = info("", "pods");
     let objects = [
         json!({"apiVersion": "v1", "kind": "Pod",
@@ -581,14 +580,23 @@ fn streamed_table_equals_rendered_table() {
                "status": {"phase": "Succeeded"}}),
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b\u{e9}\\", "resourceVersion": "8"}, "spec": {}}),
     ];
-    let stored: Vec<crate::kube::object::ObjectRef> = objects
+    assert_streamed_equals_rendered(pods, &stored_objects(pods, &objects));
+}
+
+/// Stores `objects` under `info`'s resource.
+fn stored_objects(info: &ResourceInfo, objects: &[Value]) -> Vec<crate::kube::object::ObjectRef> {
+    use crate::kube::object::ObjectKey;
+    objects
         .iter()
         .map(|o| {
-            let key = ObjectKey::new("pods", "d", o["metadata"]["name"].as_str().unwrap());
+            let key = ObjectKey::new(info.plural, "d", o["metadata"]["name"].as_str().unwrap());
             let bytes = serde_json::to_vec(o).unwrap();
             std::sync::Arc::new(crate::kube::store::stored_from_json(key, &bytes).unwrap())
         })
-        .collect();
+        .collect()
+}
+
+fn assert_streamed_equals_rendered(info: &ResourceInfo, stored: &[crate::kube::object::ObjectRef]) {
     let values: Vec<Value> = stored.iter().map(|o| o.value()).collect();
     for include in [
         IncludeObject::None,
@@ -597,9 +605,122 @@ fn streamed_table_equals_rendered_table() {
     ] {
         let meta = json!({"resourceVersion": "9"});
         let streamed: Value =
-            serde_json::from_slice(&render_stored(pods, "v1", &stored, &meta, include, now()))
+            serde_json::from_slice(&render_stored(info, "v1", stored, &meta, include, now()))
                 .unwrap();
-        let rendered = render(pods, &values, meta, include, now());
-        assert_eq!(streamed, rendered, "{include:?}");
+        let rendered = render(info, &values, meta, include, now());
+        assert_eq!(streamed, rendered, "{} {include:?}", info.kind);
+    }
+}
+
+/// Pods that exercise every branch of the Pod printer: the streamed Table parses only the
+/// fields it lists as printed (`fields::POD`), and must print exactly what the full object
+/// prints.
+#[test]
+fn streamed_pod_rows_equal_rendered_rows_for_every_printer_branch() {
+    let pods = info("", "pods");
+    let meta = |name: &str| {
+        json!({"name": name, "namespace": "d", "uid": "u", "resourceVersion": "5",
+               "creationTimestamp": created(Duration::minutes(5)), "labels": {"app": "x"},
+               "annotations": {"a": "b"}, "ownerReferences": [{"kind": "ReplicaSet", "name": "r"}],
+               "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}]})
+    };
+    let finished = created(Duration::minutes(1));
+    let spec = json!({
+        "initContainers": [
+            {"name": "setup", "image": "busybox", "command": ["true"]},
+            {"name": "sidecar", "image": "envoy", "restartPolicy": "Always"}],
+        "containers": [
+            {"name": "app", "image": "nginx", "ports": [{"containerPort": 80}],
+             "env": [{"name": "A", "value": "1"}], "resources": {"limits": {"cpu": "1"}}},
+            {"name": "log", "image": "fluent"}],
+        "readinessGates": [{"conditionType": "example.com/ready"}, {"conditionType": "other"}],
+        "nodeName": "node-1", "dnsPolicy": "ClusterFirst", "tolerations": [{"key": "k"}]
+    });
+    let objects = [
+        // Running, with restarts, sidecar started, readiness gates half true.
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta("running"), "spec": spec,
+               "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.7"}], "podIP": "10.0.0.7",
+                          "nominatedNodeName": "node-2",
+                          "conditions": [{"type": "Initialized", "status": "True"},
+                                         {"type": "Ready", "status": "True"},
+                                         {"type": "example.com/ready", "status": "True"}],
+                          "initContainerStatuses": [
+                              {"name": "setup", "restartCount": 0, "state": {"terminated": {"exitCode": 0}}},
+                              {"name": "sidecar", "restartCount": 2, "started": true, "ready": true,
+                               "lastState": {"terminated": {"finishedAt": finished}}, "state": {"running": {}}}],
+                          "containerStatuses": [
+                              {"name": "app", "ready": true, "restartCount": 3, "state": {"running": {}},
+                               "lastState": {"terminated": {"finishedAt": finished}}},
+                              {"name": "log", "ready": false, "restartCount": 0,
+                               "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}),
+        // Still initializing, one init container failed.
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta("init"), "spec": spec,
+               "status": {"phase": "Pending",
+                          "initContainerStatuses": [
+                              {"name": "setup", "restartCount": 1,
+                               "state": {"terminated": {"exitCode": 2, "reason": "Error"}}}]}}),
+        // Scheduling gated.
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta("gated"), "spec": spec,
+               "status": {"phase": "Pending", "conditions": [
+                   {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}}),
+        // Terminating, and completed.
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "terminating", "resourceVersion": "6", "deletionTimestamp": created(Duration::seconds(3))},
+               "spec": spec, "status": {"phase": "Running", "reason": "NodeLost"}}),
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta("done"), "spec": spec,
+               "status": {"phase": "Succeeded", "containerStatuses": [
+                   {"name": "app", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}}),
+    ];
+    assert_streamed_equals_rendered(pods, &stored_objects(pods, &objects));
+}
+
+/// The metadata the streamed Table parses (`fields::METADATA`) is all any printer reads.
+#[test]
+fn streamed_rows_equal_rendered_rows_for_every_kind() {
+    for info in resources::RESOURCES.iter() {
+        let object = json!({"apiVersion": "v1", "kind": info.kind,
+            "metadata": {"name": "x", "namespace": "d", "uid": "u", "generation": 3,
+                         "resourceVersion": "11",
+                         "creationTimestamp": created(Duration::hours(3)),
+                         "deletionTimestamp": created(Duration::seconds(1)),
+                         "labels": {"app": "x", "tier": "web"},
+                         "annotations": {"kubectl.kubernetes.io/default-container": "c",
+                                         "ingressclass.kubernetes.io/is-default-class": "true",
+                                         "storageclass.kubernetes.io/is-default-class": "true"},
+                         "ownerReferences": [{"kind": "Deployment", "name": "d", "controller": true}],
+                         "managedFields": [{"manager": "m"}]},
+            "spec": {"replicas": 2}, "status": {"replicas": 1}});
+        assert_streamed_equals_rendered(info, &stored_objects(info, &[object]));
+    }
+}
+
+#[test]
+fn printer_field_access_agrees_with_json_pointer() {
+    use format::At;
+    let doc = json!({
+        "spec": {"containers": [{"name": "a"}, {"name": "b", "ports": [{"containerPort": 80}]}]},
+        "metadata": {"annotations": {"a/b": "slash", "m~n": "tilde", "": "empty key"}},
+        "status": {"phase": "Running", "list": [1, 2, 3]}
+    });
+    for pointer in [
+        "",
+        "/",
+        "/spec",
+        "/spec/containers/0/name",
+        "/spec/containers/1/ports/0/containerPort",
+        "/spec/containers/2/name",
+        "/spec/containers/01/name",
+        "/spec/containers/-1/name",
+        "/spec/containers/+1/name",
+        "/spec/containers/name",
+        "/status/phase/more",
+        "/status/list/2",
+        "/metadata/annotations/a~1b",
+        "/metadata/annotations/m~0n",
+        "/metadata/annotations/",
+        "/missing/deeper",
+        "spec",
+    ] {
+        assert_eq!(doc.at(pointer), doc.pointer(pointer), "{pointer:?}");
     }
 }

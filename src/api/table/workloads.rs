@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::format::{
     age, array, containers_and_images, int, label_selector, labels, name, selector_string, since,
-    text, timestamp,
+    text, timestamp, At,
 };
 use super::{col, typed, wide, Column, Printer, AGE, NAME};
 
@@ -90,7 +90,7 @@ const DEPLOYMENT: &[Column] = &[
 
 fn deployment(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
     let (containers, images) = containers_and_images(obj, "/spec/template/spec/containers");
-    let selector = selector_string(obj.pointer("/spec/selector")).unwrap_or("<invalid>".into());
+    let selector = selector_string(obj.at("/spec/selector")).unwrap_or("<invalid>".into());
     vec![
         json!(name(obj)),
         json!(format!(
@@ -128,7 +128,7 @@ fn replicaset(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
         json!(age(obj, now)),
         json!(containers),
         json!(images),
-        json!(label_selector(obj.pointer("/spec/selector"))),
+        json!(label_selector(obj.at("/spec/selector"))),
     ]
 }
 
@@ -184,7 +184,7 @@ fn daemonset(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
         json!(age(obj, now)),
         json!(containers),
         json!(images),
-        json!(label_selector(obj.pointer("/spec/selector"))),
+        json!(label_selector(obj.at("/spec/selector"))),
     ]
 }
 
@@ -272,22 +272,22 @@ fn job_condition(obj: &Value, kind: &str) -> bool {
 
 fn job(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
     let succeeded = int(obj, "/status/succeeded");
-    let completions = match obj.pointer("/spec/completions").and_then(Value::as_i64) {
+    let completions = match obj.at("/spec/completions").and_then(Value::as_i64) {
         Some(c) => format!("{succeeded}/{c}"),
         None => match int(obj, "/spec/parallelism") {
             p if p > 1 => format!("{succeeded}/1 of {p}"),
             _ => format!("{succeeded}/1"),
         },
     };
-    let start = timestamp(obj.pointer("/status/startTime"));
-    let end = timestamp(obj.pointer("/status/completionTime"));
+    let start = timestamp(obj.at("/status/startTime"));
+    let end = timestamp(obj.at("/status/completionTime"));
     let duration = match (start, end) {
         (None, _) => String::new(),
         (Some(s), None) => super::format::human_duration(now - s),
         (Some(s), Some(e)) => super::format::human_duration(e - s),
     };
     let deleting = obj
-        .pointer("/metadata/deletionTimestamp")
+        .at("/metadata/deletionTimestamp")
         .is_some_and(|v| !v.is_null());
     let status = if job_condition(obj, "Complete") {
         "Complete"
@@ -311,7 +311,7 @@ fn job(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
         json!(age(obj, now)),
         json!(containers),
         json!(images),
-        json!(label_selector(obj.pointer("/spec/selector"))),
+        json!(label_selector(obj.at("/spec/selector"))),
     ]
 }
 
@@ -329,15 +329,15 @@ const CRONJOB: &[Column] = &[
 ];
 
 fn cronjob(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
-    let last = match obj.pointer("/status/lastScheduleTime") {
+    let last = match obj.at("/status/lastScheduleTime") {
         Some(v) if !v.is_null() => since(Some(v), now),
         _ => "<none>".into(),
     };
     let time_zone = obj
-        .pointer("/spec/timeZone")
+        .at("/spec/timeZone")
         .and_then(Value::as_str)
         .unwrap_or("<none>");
-    let suspend = match obj.pointer("/spec/suspend").and_then(Value::as_bool) {
+    let suspend = match obj.at("/spec/suspend").and_then(Value::as_bool) {
         Some(true) => "True",
         Some(false) => "False",
         None => "<unset>",
@@ -354,9 +354,7 @@ fn cronjob(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
         json!(age(obj, now)),
         json!(containers),
         json!(images),
-        json!(label_selector(
-            obj.pointer("/spec/jobTemplate/spec/selector")
-        )),
+        json!(label_selector(obj.at("/spec/jobTemplate/spec/selector"))),
     ]
 }
 
@@ -372,7 +370,7 @@ const HPA: &[Column] = &[
 
 /// A quantity as printed: the stored string (canonical when the client sent one).
 fn quantity(v: &Value, pointer: &str) -> String {
-    match v.pointer(pointer) {
+    match v.at(pointer) {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Number(n)) => n.to_string(),
         _ => "0".into(),
@@ -405,7 +403,7 @@ fn hpa_metrics(obj: &Value) -> String {
         let status_part = status.map(|s| &s[field]).filter(|s| s.is_object());
         let current_at = |pointer: &str| -> Option<String> {
             status_part
-                .and_then(|s| s.pointer(pointer))
+                .and_then(|s| s.at(pointer))
                 .filter(|v| !v.is_null())
                 .map(|v| match v {
                     Value::String(s) => s.clone(),
@@ -419,7 +417,7 @@ fn hpa_metrics(obj: &Value) -> String {
                 quantity(spec_part, "/target/averageValue")
             ),
             "External" | "Object" => {
-                if spec_part.pointer("/target/averageValue").is_some() {
+                if spec_part.at("/target/averageValue").is_some() {
                     format!(
                         "{}/{} (avg)",
                         current_at("/current/averageValue").unwrap_or("<unknown>".into()),
@@ -435,7 +433,7 @@ fn hpa_metrics(obj: &Value) -> String {
             }
             _ => {
                 let resource = text(spec_part, "/name");
-                if spec_part.pointer("/target/averageValue").is_some() {
+                if spec_part.at("/target/averageValue").is_some() {
                     format!(
                         "{resource}: {}/{}",
                         current_at("/current/averageValue").unwrap_or("<unknown>".into()),
@@ -446,7 +444,7 @@ fn hpa_metrics(obj: &Value) -> String {
                         .map(|u| format!("{u}%"))
                         .unwrap_or("<unknown>".into());
                     let target = spec_part
-                        .pointer("/target/averageUtilization")
+                        .at("/target/averageUtilization")
                         .and_then(Value::as_i64)
                         .map(|u| format!("{u}%"))
                         .unwrap_or("<auto>".into());
@@ -472,7 +470,7 @@ fn hpa(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
         text(obj, "/spec/scaleTargetRef/name")
     );
     let min = obj
-        .pointer("/spec/minReplicas")
+        .at("/spec/minReplicas")
         .and_then(Value::as_i64)
         .map(|m| m.to_string())
         .unwrap_or("<unset>".into());
@@ -507,7 +505,7 @@ const PDB: &[Column] = &[
 
 /// An IntOrString as `String()` prints it; "N/A" when unset.
 fn int_or_string(obj: &Value, pointer: &str) -> String {
-    match obj.pointer(pointer) {
+    match obj.at(pointer) {
         Some(Value::Number(n)) => n.to_string(),
         Some(Value::String(s)) => s.clone(),
         _ => "N/A".into(),
