@@ -222,7 +222,8 @@ impl FieldSet {
         out
     }
 
-    fn union_in(&mut self, other: &FieldSet) {
+    /// `self.union(other)` in place.
+    pub fn union_in(&mut self, other: &FieldSet) {
         for (pe, theirs) in &other.children {
             let mine = self.children.entry(pe.clone()).or_default();
             mine.member |= theirs.member;

@@ -204,34 +204,42 @@ pub fn apply(
         api_version: ctx.api_version.clone(),
         time: Some(ctx.now.to_string()),
         subresource: ctx.subresource().to_string(),
-        fields: applied.clone(),
+        fields: FieldSet::new(),
     };
     let last = entries
         .iter()
         .position(|e| e.same_manager(&me))
         .map(|i| entries.remove(i));
 
-    // Fields this manager stops applying go, unless someone else still owns them.
+    // Fields this manager stops applying go, unless someone else still owns them. (Applying
+    // the same fields again, the common case, copies no field set.)
     if let Some(last) = &last {
-        let owned = entries
-            .iter()
-            .fold(applied.clone(), |acc, e| acc.union(&e.fields));
-        for path in last.fields.difference(&applied).paths() {
-            if owned.has(&path) || owned.has_below(&path) {
-                continue;
+        let stopped = last.fields.difference(&applied);
+        if !stopped.is_empty() {
+            let mut owned = applied.clone();
+            for entry in &entries {
+                owned.union_in(&entry.fields);
             }
-            typed
-                .remove(&mut merged, &path)
-                .map_err(ApplyError::Invalid)?;
-            drop_emptied_parents(&typed, &mut merged, &path, &owned)?;
+            for path in stopped.paths() {
+                if owned.has(&path) || owned.has_below(&path) {
+                    continue;
+                }
+                typed
+                    .remove(&mut merged, &path)
+                    .map_err(ApplyError::Invalid)?;
+                drop_emptied_parents(&typed, &mut merged, &path, &owned)?;
+            }
         }
     }
+    me.fields = applied;
 
     let zero = zero_object();
     let cmp = typed
         .compare(live.unwrap_or(&zero), &merged)
         .map_err(ApplyError::Invalid)?;
-    let changed = ctx.ownable(cmp.added.union(&cmp.modified));
+    let mut changed = cmp.added;
+    changed.union_in(&cmp.modified);
+    let changed = ctx.ownable(changed);
     let removed = ctx.ownable(cmp.removed);
     let mut conflicts = Vec::new();
     for entry in &mut entries {
@@ -337,7 +345,9 @@ pub fn record_update(ctx: &WriteContext<'_>, old: Option<&Value>, new: &mut Valu
         managed::write(new, Vec::new());
         return;
     };
-    let changed = ctx.ownable(cmp.added.union(&cmp.modified));
+    let mut changed = cmp.added;
+    changed.union_in(&cmp.modified);
+    let changed = ctx.ownable(changed);
     let removed = ctx.ownable(cmp.removed);
     let me = Entry {
         manager: manager.to_string(),
@@ -352,18 +362,23 @@ pub fn record_update(ctx: &WriteContext<'_>, old: Option<&Value>, new: &mut Valu
         .position(|e| e.same_manager(&me))
         .map(|i| entries.remove(i));
     for entry in &mut entries {
-        entry.fields = entry.fields.difference(&changed).difference(&removed);
+        entry.fields.difference_in_place(&changed);
+        entry.fields.difference_in_place(&removed);
     }
     let mut me = me;
-    me.fields = match &previous {
-        Some(p) => p.fields.difference(&removed).union(&changed),
-        None => changed.clone(),
-    };
-    if changed.is_empty() {
-        if let Some(p) = &previous {
-            me.time = p.time.clone();
+    let unchanged = changed.is_empty();
+    me.fields = match previous {
+        Some(p) => {
+            if unchanged {
+                me.time = p.time;
+            }
+            let mut fields = p.fields;
+            fields.difference_in_place(&removed);
+            fields.union_in(&changed);
+            fields
         }
-    }
+        None => changed,
+    };
     entries.push(me);
     managed::cap_updaters(&mut entries, managed::MAX_UPDATERS);
     managed::write(new, entries);
