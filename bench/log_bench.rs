@@ -119,8 +119,19 @@ async fn engine(dir: &Path, proposers: usize, secs: f64) -> EngineResult {
     };
     litek8s::raft::snapshot::apply_policy(&mut config);
     let config = Arc::new(config.validate().expect("config"));
-    let raft = openraft::Raft::new(1, config, NoNet, log.clone(), sm)
+    // As in the server (cluster::node): the Raft core and state machine worker run on a
+    // runtime of their own with one worker thread; the proposers run on the caller's runtime.
+    let raft_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("litek8s-raft")
+        .enable_all()
+        .build()
+        .expect("raft runtime");
+    let raft_log = log.clone();
+    let raft = raft_runtime
+        .spawn(async move { openraft::Raft::new(1, config, NoNet, raft_log, sm).await })
         .await
+        .expect("raft task")
         .expect("raft");
     raft.initialize(BTreeMap::from([(1, BasicNode::default())]))
         .await
@@ -171,6 +182,7 @@ async fn engine(dir: &Path, proposers: usize, secs: f64) -> EngineResult {
     let ms = |d: Option<&Duration>| d.map_or(0.0, |d| d.as_secs_f64() * 1000.0);
     let entries = log.log_state().expect("state").1.map_or(0, |l| l.index);
     let _ = raft.shutdown().await;
+    raft_runtime.shutdown_background();
     EngineResult {
         ops_per_sec: all.len() as f64 / elapsed,
         p50_ms: ms(pct(0.50)),

@@ -235,6 +235,31 @@ async fn fault_case(fail_sync: bool) {
     assert!(log.purge(log_id(1, 1)).await.is_err());
 }
 
+/// A COMMITTED record waits for the next flush; there it and the entry appended after it
+/// continue each other in the segment and go out in one pwrite, and both survive a reopen.
+#[tokio::test]
+async fn a_committed_record_and_the_next_entry_share_one_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = Arc::new(FaultyIo::default());
+    let config = LogConfig {
+        io: io.clone(),
+        ..small()
+    };
+    {
+        let log = LogStore::open(dir.path(), config).unwrap();
+        append(&log, vec![entry(1, 1)]).await.unwrap();
+        for i in 2..=20 {
+            log.set_committed(Some(log_id(1, i - 1))).unwrap();
+            let before = io.writes.load(Ordering::SeqCst);
+            append(&log, vec![entry(1, i)]).await.unwrap();
+            assert_eq!(io.writes.load(Ordering::SeqCst) - before, 1, "entry {i}");
+        }
+    }
+    let log = open(dir.path());
+    assert_eq!(indexes(&log).await, (1..=20).collect::<Vec<_>>());
+    assert_eq!(log.committed(), Some(log_id(1, 19)));
+}
+
 #[tokio::test]
 async fn injected_write_failure_fails_the_log_for_good() {
     fault_case(false).await;

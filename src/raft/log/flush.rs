@@ -101,6 +101,54 @@ impl BufferPool {
     }
 }
 
+/// Bytes gathered for one pwrite: queued writes that continue each other in one segment.
+struct PendingWrite {
+    file: Arc<File>,
+    seq: u64,
+    offset: u64,
+    bytes: Vec<u8>,
+    wseq: u64,
+}
+
+impl PendingWrite {
+    /// Writes joined into one are copied; past this size a separate pwrite costs less than
+    /// the copy.
+    const MAX_JOINED: usize = 64 << 10;
+
+    fn continues_with(&self, seq: u64, offset: u64, len: usize) -> bool {
+        self.seq == seq
+            && self.offset + self.bytes.len() as u64 == offset
+            && self.bytes.len() + len <= Self::MAX_JOINED
+    }
+
+    /// Writes the bytes; on success records the segment as dirty and the write as done,
+    /// on failure returns the reason.
+    fn write(
+        self,
+        io: &dyn SegmentIo,
+        pool: &BufferPool,
+        dirty: &mut Vec<(u64, Arc<File>)>,
+        written: &mut Option<u64>,
+    ) -> Option<String> {
+        let result = io.write_at(&self.file, &self.bytes, self.offset);
+        let len = self.bytes.len();
+        pool.give_back(self.bytes);
+        match result {
+            Ok(()) => {
+                *written = Some(self.wseq);
+                if !dirty.iter().any(|(s, _)| *s == self.seq) {
+                    dirty.push((self.seq, self.file));
+                }
+                None
+            }
+            Err(e) => Some(format!(
+                "write of {len} bytes to segment {} at offset {}: {e}",
+                self.seq, self.offset
+            )),
+        }
+    }
+}
+
 /// The flush thread's loop; returns after shutdown once the queue is empty.
 pub(crate) fn run(
     queue: Arc<Queue>,
@@ -113,6 +161,10 @@ pub(crate) fn run(
     // Files written but not yet synced, by seq. Writes nobody waits for (committed ids,
     // truncations) stay here until the next flush that someone does wait for.
     let mut dirty: Vec<(u64, Arc<File>)> = Vec::new();
+    // Writes that continue each other in one segment (a COMMITTED record and the entry
+    // appended after it) go out as one pwrite; bytes nobody waits for yet are held until
+    // the next flush someone does wait for (or shutdown).
+    let mut run: Option<PendingWrite> = None;
     while let Some(ops) = queue.take() {
         let mut done = Vec::new();
         let mut unlink = Vec::new();
@@ -130,21 +182,33 @@ pub(crate) fn run(
                     if failed.is_some() || error.is_some() {
                         continue;
                     }
-                    let result = io.write_at(&file, &bytes, offset);
-                    pool.give_back(bytes);
-                    match result {
-                        Ok(()) => {
-                            written = Some(wseq);
-                            if !dirty.iter().any(|(s, _)| *s == seq) {
-                                dirty.push((seq, file));
-                            }
+                    if let Some(current) = &mut run {
+                        if current.continues_with(seq, offset, bytes.len()) {
+                            current.bytes.extend_from_slice(&bytes);
+                            current.wseq = wseq;
+                            pool.give_back(bytes);
+                            continue;
                         }
-                        Err(e) => {
-                            error = Some(format!("write to segment {seq} at offset {offset}: {e}"))
-                        }
+                    }
+                    if let Some(previous) = run.take() {
+                        error = previous.write(io.as_ref(), &pool, &mut dirty, &mut written);
+                    }
+                    if error.is_none() {
+                        run = Some(PendingWrite {
+                            file,
+                            seq,
+                            offset,
+                            bytes,
+                            wseq,
+                        });
                     }
                 }
                 Op::Seal { file, seq } => {
+                    if let Some(previous) = run.take() {
+                        if error.is_none() && failed.is_none() {
+                            error = previous.write(io.as_ref(), &pool, &mut dirty, &mut written);
+                        }
+                    }
                     if failed.is_some() || error.is_some() {
                         continue;
                     }
@@ -157,6 +221,14 @@ pub(crate) fn run(
                 }
                 Op::Done(d) => done.push(d),
                 Op::Unlink(paths) => unlink.extend(paths),
+            }
+        }
+        let waited_for = !done.is_empty() || !unlink.is_empty();
+        if failed.is_some() || error.is_some() {
+            run = None;
+        } else if waited_for {
+            if let Some(last) = run.take() {
+                error = last.write(io.as_ref(), &pool, &mut dirty, &mut written);
             }
         }
         if let Some(wseq) = written {
@@ -199,6 +271,12 @@ pub(crate) fn run(
                 state.write().failed = Some(reason.clone());
                 failed = Some(reason);
             }
+        }
+    }
+    if let (Some(last), None) = (run, &failed) {
+        let mut written = None;
+        if let Some(reason) = last.write(io.as_ref(), &pool, &mut dirty, &mut written) {
+            tracing::error!("raft log: {}: at shutdown: {reason}", dir.display());
         }
     }
 }

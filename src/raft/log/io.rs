@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Positional writes and data syncs of segment files.
 pub trait SegmentIo: Send + Sync + 'static {
@@ -26,15 +26,18 @@ impl SegmentIo for RealIo {
     }
 }
 
-/// Real I/O that fails on demand (tests and fault drills).
+/// Real I/O that fails on demand and counts its writes (tests and fault drills).
 #[derive(Debug, Default)]
 pub struct FaultyIo {
     pub fail_writes: AtomicBool,
     pub fail_syncs: AtomicBool,
+    /// pwrite calls made (failed ones included).
+    pub writes: AtomicU64,
 }
 
 impl SegmentIo for FaultyIo {
     fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
         if self.fail_writes.load(Ordering::SeqCst) {
             return Err(io::Error::other("injected write failure"));
         }
