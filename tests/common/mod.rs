@@ -10,11 +10,15 @@
 #![allow(dead_code)] // each test crate uses a different subset
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+#[path = "../support/ports.rs"]
+mod ports;
+pub use ports::free_port;
 
 /// How long a server may take to become ready before the test gives up (a hang guard, not
 /// a performance assertion).
@@ -254,14 +258,6 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// A port that was free a moment ago (the OS picks it; the listener is closed at once).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
 }
 
 /// A rustls client trusting only the CA in `ca_path`.

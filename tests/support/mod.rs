@@ -7,7 +7,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
@@ -20,6 +20,9 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream as TokioTcpStream;
 use tokio_rustls::TlsConnector;
+
+mod ports;
+pub use ports::free_port;
 
 /// SIGTERMs `child` and waits for it to exit (up to 30 s, then SIGKILL); `None` if it had to
 /// be killed.
@@ -52,12 +55,6 @@ pub fn bin() -> PathBuf {
 /// How long a server may take to become ready before a test gives up (a hang guard, not a
 /// performance assertion).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A free loopback port (bound and released; the server binds it right after).
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local_addr").port()
-}
 
 /// One `litek8s apiserver` process and its data directory.
 pub struct Server {
