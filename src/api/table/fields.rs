@@ -22,7 +22,8 @@ pub enum Fields {
 }
 
 impl Fields {
-    fn get(&self, key: &str) -> Option<&Fields> {
+    /// The selection of `key`'s value, `None` when the key is not read.
+    pub fn get(&self, key: &str) -> Option<&Fields> {
         match self {
             Fields::All => Some(&Fields::All),
             Fields::Keys(keys) => keys.iter().find(|(k, _)| *k == key).map(|(_, f)| f),

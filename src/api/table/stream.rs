@@ -45,11 +45,7 @@ impl<'de> Visitor<'de> for PrintableSeed {
                 raw_metadata = Some(map.next_value::<&'de RawValue>()?);
                 continue;
             }
-            let wanted = match self.0 {
-                Fields::All => Some(&Fields::All),
-                Fields::Keys(keys) => keys.iter().find(|(k, _)| *k == key).map(|(_, f)| f),
-            };
-            match wanted {
+            match self.0.get(&key) {
                 Some(fields) => {
                     object.insert(key, map.next_value_seed(Selected(fields))?);
                 }
