@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::request::ApiRequest;
 use super::status::{ApiError, Cause};
-use super::update::{body_rv, is_conflict, replace, MAX_ATTEMPTS};
+use super::update::{body_rv, is_conflict, replace_parsed, MAX_ATTEMPTS};
 use super::{body, create, options, ownership, validation, ApiBody};
 use crate::kube::patch::{self as patches, PatchError};
 use crate::kube::resources::ResourceInfo;
@@ -117,10 +117,11 @@ pub async fn patch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
             }
             return Err(ApiError::not_found(info, &name));
         };
+        let old = current.value();
         let mut patched = if kind == PatchKind::Apply {
-            ownership::applied(req, Some(&current.value()), &patch)?
+            ownership::applied(req, Some(&old), &patch)?
         } else {
-            apply_patch(info, &name, kind, &current.value(), &patch)?
+            apply_patch(info, &name, kind, &old, &patch)?
         };
         if !patched.is_object() {
             return Err(ApiError::BadRequest(
@@ -140,7 +141,7 @@ pub async fn patch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
             kind,
             PatchKind::Json | PatchKind::Merge | PatchKind::Strategic
         ) && patch.pointer("/metadata/resourceVersion").is_some();
-        match replace(req, &current, patched, status_only).await {
+        match replace_parsed(req, &current, old, patched, status_only).await {
             Err(e) if is_conflict(&e) && !pinned => continue,
             Err(e) => return Err(e),
             Ok(written) => return written.respond(req, StatusCode::OK),

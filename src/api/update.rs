@@ -107,11 +107,21 @@ pub async fn replace(
     wanted: Value,
     status_only: bool,
 ) -> Result<Written, ApiError> {
+    replace_parsed(req, current, current.value(), wanted, status_only).await
+}
+
+/// [`replace`] for a caller that already holds `current` parsed (`old`), as a patch does.
+pub async fn replace_parsed(
+    req: &ApiRequest,
+    current: &ObjectRef,
+    old: Value,
+    wanted: Value,
+    status_only: bool,
+) -> Result<Written, ApiError> {
     let info = req.info();
     validation::check_value_types(info, &wanted)?;
     super::options::check_fields(req, info, &wanted)?;
     let name = current.key.name.clone();
-    let old = current.value();
     let mut new = if status_only {
         let mut merged = old.clone();
         match wanted.get("status") {
