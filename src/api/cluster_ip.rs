@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use parking_lot::Mutex;
+use super::in_flight::{AsOf, InFlight};
 
 /// Why an address could not be allocated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -19,6 +19,9 @@ pub enum AllocError {
     OutOfRange(String),
     #[error("provided IP is already allocated")]
     InUse,
+    /// The snapshot of addresses in use predates too many releases to be checked.
+    #[error("too many concurrent allocations, try again")]
+    Stale,
 }
 
 /// A parsed CIDR as a numeric range.
@@ -68,7 +71,7 @@ fn to_ip(range: &Range, offset: u128) -> IpAddr {
 pub struct ClusterIpAllocator {
     cidr: String,
     range: Option<Range>,
-    pending: Mutex<HashSet<IpAddr>>,
+    in_flight: InFlight<IpAddr>,
 }
 
 /// An address held for a write in flight; released when dropped (by then the write has either
@@ -80,7 +83,7 @@ pub struct Reservation<'a> {
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
-        self.allocator.pending.lock().remove(&self.ip);
+        self.allocator.in_flight.release(self.ip);
     }
 }
 
@@ -89,7 +92,7 @@ impl ClusterIpAllocator {
         ClusterIpAllocator {
             cidr: cidr.to_string(),
             range: parse_cidr(cidr),
-            pending: Mutex::new(HashSet::new()),
+            in_flight: InFlight::default(),
         }
     }
 
@@ -100,8 +103,18 @@ impl ClusterIpAllocator {
         (2, end)
     }
 
-    /// A free address, given the addresses the store shows in use.
-    pub fn allocate(&self, used: &HashSet<IpAddr>) -> Result<Reservation<'_>, AllocError> {
+    /// The mark to take before reading the store for the addresses in use (see `in_flight`).
+    pub fn as_of(&self) -> AsOf {
+        self.in_flight.as_of()
+    }
+
+    /// A free address, given the addresses the store shows in use in a snapshot taken after
+    /// `as_of`.
+    pub fn allocate(
+        &self,
+        used: &HashSet<IpAddr>,
+        as_of: AsOf,
+    ) -> Result<Reservation<'_>, AllocError> {
         let range = self
             .range
             .ok_or_else(|| AllocError::BadCidr(self.cidr.clone()))?;
@@ -111,11 +124,13 @@ impl ClusterIpAllocator {
         }
         let span = end - first;
         let start = rand::random::<u64>() as u128 % span;
-        let mut pending = self.pending.lock();
+        let mut choosing = self
+            .in_flight
+            .choose(as_of)
+            .map_err(|_| AllocError::Stale)?;
         for i in 0..span {
             let ip = to_ip(&range, first + (start + i) % span);
-            if !used.contains(&ip) && !pending.contains(&ip) {
-                pending.insert(ip);
+            if choosing.hold(ip, used) {
                 return Ok(Reservation {
                     allocator: self,
                     ip,
@@ -130,6 +145,7 @@ impl ClusterIpAllocator {
         &self,
         ip: IpAddr,
         used: &HashSet<IpAddr>,
+        as_of: AsOf,
     ) -> Result<Reservation<'_>, AllocError> {
         let range = self
             .range
@@ -143,8 +159,11 @@ impl ClusterIpAllocator {
         if value < range.base + first || value >= range.base + end {
             return Err(AllocError::OutOfRange(self.cidr.clone()));
         }
-        let mut pending = self.pending.lock();
-        if used.contains(&ip) || !pending.insert(ip) {
+        let mut choosing = self
+            .in_flight
+            .choose(as_of)
+            .map_err(|_| AllocError::Stale)?;
+        if !choosing.hold(ip, used) {
             return Err(AllocError::InUse);
         }
         Ok(Reservation {
@@ -163,29 +182,40 @@ mod tests {
         let alloc = ClusterIpAllocator::new("10.96.0.0/29");
         let used: HashSet<IpAddr> = ["10.96.0.3".parse().unwrap()].into();
         let mut held = Vec::new();
-        while let Ok(r) = alloc.allocate(&used) {
+        while let Ok(r) = alloc.allocate(&used, alloc.as_of()) {
             held.push(r);
         }
         let mut ips: Vec<String> = held.iter().map(|r| r.ip.to_string()).collect();
         ips.sort();
         assert_eq!(ips, ["10.96.0.2", "10.96.0.4", "10.96.0.5", "10.96.0.6"]);
         held.pop();
-        assert!(alloc.allocate(&used).is_ok());
+        assert!(alloc.allocate(&used, alloc.as_of()).is_ok());
     }
 
     #[test]
     fn explicit_addresses() {
         let alloc = ClusterIpAllocator::new("10.96.0.0/16");
         let used = HashSet::new();
-        let r = alloc.reserve("10.96.3.4".parse().unwrap(), &used).unwrap();
+        let r = alloc
+            .reserve("10.96.3.4".parse().unwrap(), &used, alloc.as_of())
+            .unwrap();
         assert_eq!(
-            alloc.reserve("10.96.3.4".parse().unwrap(), &used).err(),
+            alloc
+                .reserve("10.96.3.4".parse().unwrap(), &used, alloc.as_of())
+                .err(),
             Some(AllocError::InUse)
         );
         drop(r);
-        assert!(alloc.reserve("10.96.3.4".parse().unwrap(), &used).is_ok());
-        assert!(alloc.reserve("10.96.0.1".parse().unwrap(), &used).is_err());
-        assert!(alloc.reserve("10.97.0.5".parse().unwrap(), &used).is_err());
-        assert!(ClusterIpAllocator::new("nonsense").allocate(&used).is_err());
+        assert!(alloc
+            .reserve("10.96.3.4".parse().unwrap(), &used, alloc.as_of())
+            .is_ok());
+        assert!(alloc
+            .reserve("10.96.0.1".parse().unwrap(), &used, alloc.as_of())
+            .is_err());
+        assert!(alloc
+            .reserve("10.97.0.5".parse().unwrap(), &used, alloc.as_of())
+            .is_err());
+        let nonsense = ClusterIpAllocator::new("nonsense");
+        assert!(nonsense.allocate(&used, nonsense.as_of()).is_err());
     }
 }

@@ -28,6 +28,7 @@ pub mod delete;
 pub mod discovery;
 pub mod get;
 pub mod health;
+pub mod in_flight;
 pub mod kinds;
 pub mod lease;
 pub mod list;

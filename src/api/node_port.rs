@@ -11,7 +11,7 @@
 
 use std::collections::HashSet;
 
-use parking_lot::Mutex;
+use super::in_flight::{AsOf, InFlight};
 
 /// The service node port range kube-apiserver uses by default.
 pub const RANGE: std::ops::RangeInclusive<u16> = 30000..=32767;
@@ -25,12 +25,15 @@ pub enum PortError {
     OutOfRange,
     #[error("provided port is already allocated")]
     InUse,
+    /// The snapshot of ports in use predates too many releases to be checked.
+    #[error("too many concurrent allocations, try again")]
+    Stale,
 }
 
 /// Hands out NodePorts.
 #[derive(Default)]
 pub struct NodePortAllocator {
-    pending: Mutex<HashSet<u16>>,
+    in_flight: InFlight<u16>,
 }
 
 /// A port held for a write in flight; released when dropped.
@@ -41,7 +44,7 @@ pub struct PortReservation<'a> {
 
 impl Drop for PortReservation<'_> {
     fn drop(&mut self) {
-        self.allocator.pending.lock().remove(&self.port);
+        self.allocator.in_flight.release(self.port);
     }
 }
 
@@ -50,16 +53,26 @@ impl NodePortAllocator {
         NodePortAllocator::default()
     }
 
-    /// A free port, given the ports the store shows in use. Starts at a random offset so that
-    /// concurrent servers of different clusters do not hand out the same sequence.
-    pub fn allocate(&self, used: &HashSet<u16>) -> Result<PortReservation<'_>, PortError> {
+    /// The mark to take before reading the store for the ports in use (see `in_flight`).
+    pub fn as_of(&self) -> AsOf {
+        self.in_flight.as_of()
+    }
+
+    /// A free port, given the ports the store shows in use in a snapshot taken after
+    /// `as_of`. Starts at a random offset so that concurrent servers of different clusters do
+    /// not hand out the same sequence.
+    pub fn allocate(
+        &self,
+        used: &HashSet<u16>,
+        as_of: AsOf,
+    ) -> Result<PortReservation<'_>, PortError> {
         let (first, last) = (*RANGE.start() as u32, *RANGE.end() as u32);
         let span = last - first + 1;
         let start = rand::random::<u32>() % span;
-        let mut pending = self.pending.lock();
+        let mut choosing = self.in_flight.choose(as_of).map_err(|_| PortError::Stale)?;
         for i in 0..span {
             let port = (first + (start + i) % span) as u16;
-            if !used.contains(&port) && pending.insert(port) {
+            if choosing.hold(port, used) {
                 return Ok(PortReservation {
                     allocator: self,
                     port,
@@ -74,13 +87,14 @@ impl NodePortAllocator {
         &self,
         port: i64,
         used: &HashSet<u16>,
+        as_of: AsOf,
     ) -> Result<PortReservation<'_>, PortError> {
         let port = u16::try_from(port)
             .ok()
             .filter(|p| RANGE.contains(p))
             .ok_or(PortError::OutOfRange)?;
-        let mut pending = self.pending.lock();
-        if used.contains(&port) || !pending.insert(port) {
+        let mut choosing = self.in_flight.choose(as_of).map_err(|_| PortError::Stale)?;
+        if !choosing.hold(port, used) {
             return Err(PortError::InUse);
         }
         Ok(PortReservation {
@@ -99,30 +113,42 @@ mod tests {
         let alloc = NodePortAllocator::new();
         let used: HashSet<u16> = [30000, 30001].into();
         let mut held = Vec::new();
-        while let Ok(r) = alloc.allocate(&used) {
+        while let Ok(r) = alloc.allocate(&used, alloc.as_of()) {
             held.push(r);
         }
         assert_eq!(held.len(), RANGE.len() - 2);
         let distinct: HashSet<u16> = held.iter().map(|r| r.port).collect();
         assert_eq!(distinct.len(), held.len());
         assert!(!distinct.contains(&30000));
-        assert_eq!(alloc.allocate(&used).err(), Some(PortError::Full));
+        assert_eq!(
+            alloc.allocate(&used, alloc.as_of()).err(),
+            Some(PortError::Full)
+        );
         let freed = held.pop().map(|r| r.port);
-        assert_eq!(alloc.allocate(&used).ok().map(|r| r.port), freed);
+        assert_eq!(
+            alloc.allocate(&used, alloc.as_of()).ok().map(|r| r.port),
+            freed
+        );
     }
 
     #[test]
     fn explicit_ports() {
         let alloc = NodePortAllocator::new();
         let used: HashSet<u16> = [31000].into();
-        assert_eq!(alloc.reserve(31000, &used).err(), Some(PortError::InUse));
-        let r = alloc.reserve(31001, &used).unwrap();
-        assert_eq!(alloc.reserve(31001, &used).err(), Some(PortError::InUse));
+        assert_eq!(
+            alloc.reserve(31000, &used, alloc.as_of()).err(),
+            Some(PortError::InUse)
+        );
+        let r = alloc.reserve(31001, &used, alloc.as_of()).unwrap();
+        assert_eq!(
+            alloc.reserve(31001, &used, alloc.as_of()).err(),
+            Some(PortError::InUse)
+        );
         drop(r);
-        assert!(alloc.reserve(31001, &used).is_ok());
+        assert!(alloc.reserve(31001, &used, alloc.as_of()).is_ok());
         for bad in [80, 29999, 32768, 70000, -1] {
             assert_eq!(
-                alloc.reserve(bad, &used).err(),
+                alloc.reserve(bad, &used, alloc.as_of()).err(),
                 Some(PortError::OutOfRange),
                 "{bad}"
             );

@@ -156,9 +156,11 @@ fn cluster_ip<'a>(
     let reservation = if requested == "None" {
         None
     } else {
+        // The mark comes before the snapshot of addresses in use (see `api::in_flight`).
+        let as_of = ctx.cluster_ips.as_of();
         let used = used_cluster_ips(ctx);
         let result = if requested.is_empty() {
-            ctx.cluster_ips.allocate(&used)
+            ctx.cluster_ips.allocate(&used, as_of)
         } else {
             let ip: IpAddr = requested.parse().map_err(|_| {
                 ApiError::invalid(
@@ -171,11 +173,11 @@ fn cluster_ip<'a>(
                     )],
                 )
             })?;
-            ctx.cluster_ips.reserve(ip, &used)
+            ctx.cluster_ips.reserve(ip, &used, as_of)
         };
         match result {
             Ok(r) => Some(r),
-            Err(e @ (AllocError::BadCidr(_) | AllocError::Full)) => {
+            Err(e @ (AllocError::BadCidr(_) | AllocError::Full | AllocError::Stale)) => {
                 return Err(ApiError::Internal(format!(
                     "failed to allocate a serviceIP: {e}"
                 )))
@@ -317,6 +319,8 @@ fn node_ports<'a>(
             }
         });
     }
+    // The mark comes before the snapshot of ports in use (see `api::in_flight`).
+    let as_of = ctx.node_ports.as_of();
     let used = used_node_ports(ctx, key);
     let own: HashSet<i64> = old_ports.iter().map(|(_, p)| *p).collect();
     let mut held = Vec::new();
@@ -345,13 +349,18 @@ fn node_ports<'a>(
             if own.contains(&requested) {
                 continue;
             }
-            match ctx.node_ports.reserve(requested, &used) {
+            match ctx.node_ports.reserve(requested, &used, as_of) {
                 Ok(r) => held.push(r),
+                Err(e @ PortError::Stale) => {
+                    return Err(ApiError::Internal(format!(
+                        "failed to allocate a nodePort: {e}"
+                    )))
+                }
                 Err(e) => causes.push(Cause::invalid(&field, &json!(requested), &format!("{e}"))),
             }
             continue;
         }
-        match ctx.node_ports.allocate(&used) {
+        match ctx.node_ports.allocate(&used, as_of) {
             Ok(r) => {
                 if let Some(slot) = object.pointer_mut(&format!("/spec/ports/{i}")) {
                     slot["nodePort"] = json!(r.port);
@@ -359,10 +368,10 @@ fn node_ports<'a>(
                 seen.insert(i64::from(r.port));
                 held.push(r);
             }
-            Err(PortError::Full) => {
-                return Err(ApiError::Internal(
-                    "failed to allocate a nodePort: range is full".into(),
-                ))
+            Err(e @ (PortError::Full | PortError::Stale)) => {
+                return Err(ApiError::Internal(format!(
+                    "failed to allocate a nodePort: {e}"
+                )))
             }
             Err(e) => causes.push(Cause::invalid(&field, &json!(0), &format!("{e}"))),
         }
