@@ -124,20 +124,19 @@ impl ClusterIpAllocator {
         }
         let span = end - first;
         let start = rand::random::<u64>() as u128 % span;
-        let mut choosing = self
+        let ip = self
             .in_flight
             .choose(as_of)
-            .map_err(|_| AllocError::Stale)?;
-        for i in 0..span {
-            let ip = to_ip(&range, first + (start + i) % span);
-            if choosing.hold(ip, used) {
-                return Ok(Reservation {
-                    allocator: self,
-                    ip,
-                });
-            }
-        }
-        Err(AllocError::Full)
+            .map_err(|_| AllocError::Stale)?
+            .hold_first(
+                (0..span).map(|i| to_ip(&range, first + (start + i) % span)),
+                used,
+            )
+            .ok_or(AllocError::Full)?;
+        Ok(Reservation {
+            allocator: self,
+            ip,
+        })
     }
 
     /// Reserves an address the client asked for.

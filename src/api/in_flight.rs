@@ -109,6 +109,15 @@ impl<T: Hash + Eq + Copy> Choosing<'_, T> {
         self.inner.pending.insert(value);
         true
     }
+
+    /// Holds the first of `candidates` that [`hold`](Self::hold) accepts.
+    pub fn hold_first(
+        &mut self,
+        candidates: impl IntoIterator<Item = T>,
+        used: &HashSet<T>,
+    ) -> Option<T> {
+        candidates.into_iter().find(|value| self.hold(*value, used))
+    }
 }
 
 #[cfg(test)]

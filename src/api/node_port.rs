@@ -69,17 +69,16 @@ impl NodePortAllocator {
         let (first, last) = (*RANGE.start() as u32, *RANGE.end() as u32);
         let span = last - first + 1;
         let start = rand::random::<u32>() % span;
-        let mut choosing = self.in_flight.choose(as_of).map_err(|_| PortError::Stale)?;
-        for i in 0..span {
-            let port = (first + (start + i) % span) as u16;
-            if choosing.hold(port, used) {
-                return Ok(PortReservation {
-                    allocator: self,
-                    port,
-                });
-            }
-        }
-        Err(PortError::Full)
+        let port = self
+            .in_flight
+            .choose(as_of)
+            .map_err(|_| PortError::Stale)?
+            .hold_first((0..span).map(|i| (first + (start + i) % span) as u16), used)
+            .ok_or(PortError::Full)?;
+        Ok(PortReservation {
+            allocator: self,
+            port,
+        })
     }
 
     /// Reserves a port the client asked for.
