@@ -106,13 +106,35 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, NetworkError> {
     serde_json::to_vec(value).map_err(|e| NetworkError::new(&e))
 }
 
+/// The same JSON as serde's encoding of `rpc`, with each entry written by
+/// `format::write_entry_json` (the objects in it are most of the bytes).
+fn encode_append_entries(rpc: &AppendEntriesRequest<TypeConfig>) -> Result<Vec<u8>, NetworkError> {
+    let fail = |e: serde_json::Error| NetworkError::new(&e);
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(br#"{"vote":"#);
+    serde_json::to_writer(&mut out, &rpc.vote).map_err(fail)?;
+    out.extend_from_slice(br#","prev_log_id":"#);
+    serde_json::to_writer(&mut out, &rpc.prev_log_id).map_err(fail)?;
+    out.extend_from_slice(br#","entries":["#);
+    for (i, entry) in rpc.entries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        crate::raft::log::format::write_entry_json(&mut out, entry).map_err(fail)?;
+    }
+    out.extend_from_slice(br#"],"leader_commit":"#);
+    serde_json::to_writer(&mut out, &rpc.leader_commit).map_err(fail)?;
+    out.push(b'}');
+    Ok(out)
+}
+
 impl RaftNetwork<TypeConfig> for Peer {
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        let body = encode(&rpc).map_err(RPCError::Network)?;
+        let body = encode_append_entries(&rpc).map_err(RPCError::Network)?;
         if body.len() > APPEND_ENTRIES_CAP && rpc.entries.len() > 1 {
             let hint = (rpc.entries.len() as u64 / 2).max(1);
             return Err(RPCError::PayloadTooLarge(
@@ -138,5 +160,54 @@ impl RaftNetwork<TypeConfig> for Peer {
     ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
         let body = encode(&rpc).map_err(RPCError::Network)?;
         self.call(paths::VOTE, &body, option.hard_ttl()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::mutation::Mutation;
+    use crate::kube::object::ObjectKey;
+    use crate::raft::types::{Batch, Entry, LogId, Proposal, Vote};
+    use openraft::CommittedLeaderId;
+
+    /// The receiving side decodes with serde, so the hand-written request must be exactly
+    /// serde's bytes, whatever the entries are.
+    #[test]
+    fn append_entries_are_encoded_exactly_as_serde_encodes_them() {
+        let normal = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(3, 1), 11),
+            payload: openraft::EntryPayload::Normal(Batch {
+                proposals: vec![Proposal::new(Mutation::Create {
+                    key: ObjectKey::new("configmaps", "default", "a"),
+                    object: serde_json::json!({"metadata": {"name": "a"}, "data": {"k": "v\n\"x\""}}),
+                })],
+            }),
+        };
+        let blank = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(3, 1), 10),
+            payload: openraft::EntryPayload::Blank,
+        };
+        for (entries, prev, commit) in [
+            (vec![], None, None),
+            (
+                vec![blank.clone(), normal.clone()],
+                Some(LogId::new(CommittedLeaderId::new(2, 2), 9)),
+                Some(LogId::new(CommittedLeaderId::new(3, 1), 10)),
+            ),
+            (vec![normal], None, Some(blank.log_id)),
+        ] {
+            let rpc = AppendEntriesRequest::<TypeConfig> {
+                vote: Vote::new_committed(3, 1),
+                prev_log_id: prev,
+                entries,
+                leader_commit: commit,
+            };
+            let ours = encode_append_entries(&rpc).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&ours),
+                String::from_utf8_lossy(&serde_json::to_vec(&rpc).unwrap())
+            );
+        }
     }
 }

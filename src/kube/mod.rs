@@ -10,8 +10,10 @@
 //! - `resources`: the registry of kinds (names, scope, verbs, columns, selectable fields).
 //! - `selectors`: label and field selectors.
 //! - `patch`: JSON, merge and strategic merge patches.
+//! - `json_writer`: compact JSON of a Value, as serde_json writes it, with a faster string scan.
 
 pub mod checkpoint;
+pub mod json_writer;
 pub mod mutation;
 pub mod object;
 pub mod patch;

@@ -397,7 +397,7 @@ fn stamp(
         })
         .unwrap_or_default();
     let fields = resources::selectable_fields(&key.resource, &object);
-    let json = serde_json::to_vec(&object).map_err(|e| invalid(&e.to_string()))?;
+    let json = super::json_writer::to_vec(&object);
     Ok(StoredObject {
         key,
         resource_version,

@@ -53,7 +53,38 @@ pub struct Proposal {
     pub acked: Option<u64>,
 }
 
+impl Batch {
+    /// Appends the same JSON as serde's encoding of `self` (see `Mutation::write_json`).
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(br#"{"proposals":["#);
+        for (i, proposal) in self.proposals.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            proposal.write_json(out);
+        }
+        out.extend_from_slice(b"]}");
+    }
+}
+
 impl Proposal {
+    /// Appends the same JSON as serde's encoding of `self` (see `Mutation::write_json`).
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(br#"{"mutation":"#);
+        self.mutation.write_json(out);
+        for (name, value) in [
+            (&br#","session":"#[..], self.session),
+            (&br#","seq":"#[..], self.seq),
+            (&br#","acked":"#[..], self.acked),
+        ] {
+            if let Some(value) = value {
+                out.extend_from_slice(name);
+                out.extend_from_slice(value.to_string().as_bytes());
+            }
+        }
+        out.push(b'}');
+    }
+
     pub fn new(mutation: Mutation) -> Self {
         Proposal {
             mutation,

@@ -81,9 +81,24 @@ pub fn encode_entry(out: &mut Vec<u8>, entry: &Entry) -> Result<usize, serde_jso
     let start = out.len();
     record::encode_in_place(out, ENTRY, |payload| {
         payload.extend_from_slice(&log_id_bytes(&entry.log_id));
-        serde_json::to_writer(&mut *payload, entry)
+        write_entry_json(payload, entry)
     })?;
     Ok(out.len() - start)
+}
+
+/// The same JSON as serde's encoding of `entry`; a Normal entry's Mutations are written by
+/// `Batch::write_json` (most of a log's bytes are objects, and serde_json escapes strings a
+/// byte at a time).
+pub(crate) fn write_entry_json(out: &mut Vec<u8>, entry: &Entry) -> Result<(), serde_json::Error> {
+    let openraft::EntryPayload::Normal(batch) = &entry.payload else {
+        return serde_json::to_writer(&mut *out, entry);
+    };
+    out.extend_from_slice(br#"{"log_id":"#);
+    serde_json::to_writer(&mut *out, &entry.log_id)?;
+    out.extend_from_slice(br#","payload":{"Normal":"#);
+    batch.write_json(out);
+    out.extend_from_slice(b"}}");
+    Ok(())
 }
 
 /// The log id of an ENTRY payload, without parsing the entry (for fast replay).
@@ -174,5 +189,60 @@ mod tests {
         let name = path.file_name().unwrap().to_str().unwrap();
         assert_eq!(parse_segment_name(name), Some(0x1f));
         assert_eq!(parse_segment_name("0000000000000001.seg.tmp"), None);
+    }
+
+    /// Normal entries are written by hand (`write_entry_json`): the bytes must be exactly
+    /// serde's, so that older and newer servers read each other's logs and snapshots.
+    #[test]
+    fn normal_entries_are_written_exactly_as_serde_writes_them() {
+        use crate::kube::mutation::{Mutation, Precondition};
+        use crate::kube::object::ObjectKey;
+        use crate::raft::types::{Batch, Proposal};
+        let key = ObjectKey::new("pods", "default", "p\\1");
+        let object =
+            serde_json::json!({"metadata": {"name": "p\\1"}, "spec": {"x": "\u{7}\"", "n": 1}});
+        let mut followers_write = Proposal::new(Mutation::Update {
+            key: key.clone(),
+            object: object.clone(),
+            precondition: Precondition::at(4),
+        });
+        (
+            followers_write.session,
+            followers_write.seq,
+            followers_write.acked,
+        ) = (Some(9), Some(12), Some(10));
+        let mut only_seq = Proposal::new(Mutation::Delete {
+            key: key.clone(),
+            precondition: Precondition::none(),
+        });
+        only_seq.seq = Some(1);
+        let batches = [
+            Batch::default(),
+            Batch {
+                proposals: vec![
+                    Proposal::new(Mutation::Create { key, object }),
+                    followers_write,
+                    only_seq,
+                ],
+            },
+        ];
+        for batch in batches {
+            let entry = Entry {
+                log_id: LogId::new(CommittedLeaderId::new(2, 5), 77),
+                payload: openraft::EntryPayload::Normal(batch),
+            };
+            let mut ours = Vec::new();
+            write_entry_json(&mut ours, &entry).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&ours),
+                String::from_utf8_lossy(&serde_json::to_vec(&entry).unwrap())
+            );
+            let mut buf = Vec::new();
+            encode_entry(&mut buf, &entry).unwrap();
+            let Decoded::Record { payload, .. } = record::decode_at(&buf, 0) else {
+                panic!("not a record");
+            };
+            assert_eq!(decode_entry(payload).unwrap(), entry);
+        }
     }
 }
