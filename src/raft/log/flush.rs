@@ -14,6 +14,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use super::io::SegmentIo;
 use super::state::State;
 use crate::storage::fsutil::fsync_dir;
+use crate::storage::zeros;
 
 /// Called once with the outcome of the flush that made its records durable.
 pub(crate) type Done = Box<dyn FnOnce(io::Result<()>) + Send>;
@@ -108,6 +109,8 @@ struct PendingWrite {
     offset: u64,
     bytes: Vec<u8>,
     wseq: u64,
+    /// The segment file's (preallocated, fixed) length: padding stops there.
+    file_len: u64,
 }
 
 impl PendingWrite {
@@ -124,14 +127,19 @@ impl PendingWrite {
     /// Writes the bytes; on success records the segment as dirty and the write as done,
     /// on failure returns the reason.
     fn write(
-        self,
+        mut self,
         io: &dyn SegmentIo,
         pool: &BufferPool,
         dirty: &mut Vec<(u64, Arc<File>)>,
         written: &mut Option<u64>,
     ) -> Option<String> {
-        let result = io.write_at(&self.file, &self.bytes, self.offset);
         let len = self.bytes.len();
+        // Zeros up to the page boundary (zeros are there already): the segment's pages were
+        // written directly, so a write ending inside an uncached page would read it first.
+        let end = self.offset + len as u64;
+        let padded = zeros::padded_end(end, self.file_len);
+        self.bytes.resize(len + (padded - end) as usize, 0);
+        let result = io.write_at(&self.file, &self.bytes, self.offset);
         pool.give_back(self.bytes);
         match result {
             Ok(()) => {
@@ -146,6 +154,28 @@ impl PendingWrite {
                 self.seq, self.offset
             )),
         }
+    }
+}
+
+/// The lengths of the segments written lately (a segment's length never changes once it is
+/// in place), so that padding costs one `fstat` per segment.
+#[derive(Default)]
+struct SegmentLengths(Vec<(u64, u64)>);
+
+impl SegmentLengths {
+    const KEPT: usize = 8;
+
+    /// The length of segment `seq`; 0 (no padding) if it cannot be read.
+    fn of(&mut self, seq: u64, file: &File) -> u64 {
+        if let Some((_, len)) = self.0.iter().find(|(s, _)| *s == seq) {
+            return *len;
+        }
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if self.0.len() == Self::KEPT {
+            self.0.remove(0);
+        }
+        self.0.push((seq, len));
+        len
     }
 }
 
@@ -165,6 +195,7 @@ pub(crate) fn run(
     // appended after it) go out as one pwrite; bytes nobody waits for yet are held until
     // the next flush someone does wait for (or shutdown).
     let mut run: Option<PendingWrite> = None;
+    let mut lengths = SegmentLengths::default();
     while let Some(ops) = queue.take() {
         let mut done = Vec::new();
         let mut unlink = Vec::new();
@@ -194,12 +225,14 @@ pub(crate) fn run(
                         error = previous.write(io.as_ref(), &pool, &mut dirty, &mut written);
                     }
                     if error.is_none() {
+                        let file_len = lengths.of(seq, &file);
                         run = Some(PendingWrite {
                             file,
                             seq,
                             offset,
                             bytes,
                             wseq,
+                            file_len,
                         });
                     }
                 }

@@ -3,7 +3,7 @@
 //! only overwrite zeros inside a file whose size and extents never change.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -12,6 +12,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::format::{segment_path, segment_tmp_path};
 use crate::storage::fsutil::fsync_dir;
+use crate::storage::zeros;
 
 struct Slot {
     /// The seq the thread should prepare next.
@@ -117,20 +118,15 @@ pub(crate) fn prepare(dir: &std::path::Path, seq: u64, size: u64) -> io::Result<
     let tmp = segment_tmp_path(dir, seq);
     let path = segment_path(dir, seq);
     {
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .open(&tmp)?;
         // Real zeros, not a hole or fallocate's unwritten extents: the first write into
-        // them would otherwise make fdatasync journal an extent conversion.
-        let chunk = vec![0u8; 1 << 20];
-        let mut left = size;
-        while left > 0 {
-            let n = left.min(chunk.len() as u64) as usize;
-            file.write_all(&chunk[..n])?;
-            left -= n as u64;
-        }
+        // them would otherwise make fdatasync journal an extent conversion. Written directly
+        // where possible (see `storage::zeros`: appends then pad to page boundaries).
+        zeros::fill(&tmp, &file, 0, size)?;
         file.sync_all()?;
     }
     fs::rename(&tmp, &path)?;
