@@ -18,7 +18,6 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
 
 /// The page (and direct-I/O alignment) size assumed for padding and direct writes.
 pub const PAGE: u64 = 4096;
@@ -26,22 +25,38 @@ pub const PAGE: u64 = 4096;
 /// Zeros are written in pieces of this size.
 const PIECE: usize = 1 << 20;
 
-/// Writes zeros over `[from, to)` of the file at `path` (opened here again), directly when
-/// possible. `file` is an open handle of the same file for the buffered fallback. Not durable
-/// until the caller syncs.
-pub fn fill(path: &Path, file: &File, from: u64, to: u64) -> io::Result<()> {
+/// Writes zeros over `[from, to)` of `file` (which must be open for writing), directly when
+/// possible: the file is opened again with `O_DIRECT` through `/proc/self/fd`, so it needs no
+/// path (it may have been renamed). Not durable until the caller syncs.
+pub fn fill(file: &File, from: u64, to: u64) -> io::Result<()> {
     if from >= to {
         return Ok(());
     }
-    if from % PAGE == 0 && to % PAGE == 0 {
-        match fill_direct(path, from, to) {
-            Ok(()) => return Ok(()),
-            // The filesystem does not do direct I/O (tmpfs), or not at this alignment.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-            Err(e) => return Err(e),
+    // The whole pages of the range go direct; a partial page at either end is buffered.
+    let (body_from, body_to) = (from.div_ceil(PAGE) * PAGE, to / PAGE * PAGE);
+    if body_from < body_to {
+        if let Ok(direct) = open_direct(file) {
+            match fill_with(&direct, &AlignedZeros::new(PIECE), body_from, body_to) {
+                Ok(()) => {
+                    fill_buffered(file, from, body_from)?;
+                    return fill_buffered(file, body_to, to);
+                }
+                // The filesystem does not do direct I/O at this alignment.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                Err(e) => return Err(e),
+            }
         }
+        // Otherwise (no /proc, or a filesystem without O_DIRECT such as tmpfs): buffered.
     }
     fill_buffered(file, from, to)
+}
+
+fn fill_buffered(file: &File, from: u64, to: u64) -> io::Result<()> {
+    if from >= to {
+        return Ok(());
+    }
+    let zeros = vec![0u8; PIECE.min((to - from) as usize)];
+    fill_with(file, &zeros, from, to)
 }
 
 /// The end a write ending at `end` should be extended to with zeros: the next page boundary,
@@ -53,24 +68,15 @@ pub fn padded_end(end: u64, file_len: u64) -> u64 {
         .max(end)
 }
 
-fn fill_direct(path: &Path, from: u64, to: u64) -> io::Result<()> {
-    let file = OpenOptions::new()
+fn open_direct(file: &File) -> io::Result<File> {
+    use std::os::fd::AsRawFd;
+    OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_DIRECT)
-        .open(path)?;
-    let buffer = AlignedZeros::new(PIECE);
-    let zeros = buffer.as_slice();
-    let mut at = from;
-    while at < to {
-        let n = (to - at).min(zeros.len() as u64) as usize;
-        file.write_all_at(&zeros[..n], at)?;
-        at += n as u64;
-    }
-    Ok(())
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
 }
 
-fn fill_buffered(file: &File, from: u64, to: u64) -> io::Result<()> {
-    let zeros = vec![0u8; PIECE.min((to - from) as usize)];
+fn fill_with(file: &File, zeros: &[u8], from: u64, to: u64) -> io::Result<()> {
     let mut at = from;
     while at < to {
         let n = (to - at).min(zeros.len() as u64) as usize;
@@ -97,8 +103,12 @@ impl AlignedZeros {
             len,
         }
     }
+}
 
-    fn as_slice(&self) -> &[u8] {
+impl std::ops::Deref for AlignedZeros {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
         &self.storage[self.start..self.start + self.len]
     }
 }
@@ -107,7 +117,7 @@ impl AlignedZeros {
 mod tests {
     use super::*;
 
-    fn filled(dir: &Path, name: &str, len: u64, from: u64, to: u64) -> Vec<u8> {
+    fn filled(dir: &std::path::Path, name: &str, len: u64, from: u64, to: u64) -> Vec<u8> {
         let path = dir.join(name);
         std::fs::write(&path, vec![0xaau8; len as usize]).unwrap();
         let file = OpenOptions::new()
@@ -115,7 +125,7 @@ mod tests {
             .write(true)
             .open(&path)
             .unwrap();
-        fill(&path, &file, from, to).unwrap();
+        fill(&file, from, to).unwrap();
         std::fs::read(&path).unwrap()
     }
 
@@ -125,6 +135,8 @@ mod tests {
         for (len, from, to) in [
             (3 * PAGE, PAGE, 2 * PAGE),
             (3 * PAGE, 10, 2 * PAGE + 7),
+            (5 * PAGE, PAGE + 1, 4 * PAGE - 1),
+            (5 * PAGE, 3 * PAGE + 1, 4 * PAGE - 1),
             (PAGE, 0, (1 << 21) + PAGE),
             (100, 50, 60),
             (100, 60, 60),

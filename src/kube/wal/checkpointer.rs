@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 use super::file::{self, Segment, TMP_FILE, WAL_FILE};
 use crate::kube::checkpoint;
 use crate::kube::store::{Store, StoreSnapshot};
-use crate::storage::fsutil;
+use crate::storage::{fsutil, zeros};
 
 /// Records appended while a checkpoint is built are also kept in memory; past this many bytes
 /// the flush thread waits for the helper instead of buffering more.
@@ -268,7 +268,7 @@ fn build(
         at += n as u64;
     }
     let len = file::round_up(end + 1, chunk);
-    file::zero_fill(&file::RealIo, &file, end, len)?;
+    zeros::fill(&file, end, len)?;
     file.sync_all()?;
     Ok(Segment { file, end, len })
 }

@@ -10,6 +10,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use crate::storage::zeros;
+
 /// The log itself.
 pub(super) const WAL_FILE: &str = "objects.wal";
 /// A checkpoint being built; renamed over `objects.wal` once complete and durable.
@@ -69,14 +71,26 @@ pub(super) struct Segment {
 impl Segment {
     /// Writes `bytes` at the end, growing the file by zero-filled chunks of `chunk` bytes when
     /// they do not fit. Not durable until `sync_data`.
+    ///
+    /// The write is extended with zeros to the next page boundary (zeros are there already):
+    /// preallocated pages are written directly and are not cached, and a write ending inside
+    /// an uncached page would make the kernel read it first (see `storage::zeros`).
     pub fn append(&mut self, io: &dyn FileIo, bytes: &[u8], chunk: u64) -> io::Result<()> {
         let needed = self.end + bytes.len() as u64;
         if needed > self.len {
             let new_len = round_up(needed, chunk);
-            zero_fill(io, &self.file, needed.max(self.len), new_len)?;
+            zeros::fill(&self.file, self.len, new_len)?;
             self.len = new_len;
         }
-        io.write_at(&self.file, bytes, self.end)?;
+        let padded = zeros::padded_end(needed, self.len);
+        if padded > needed {
+            let mut buf = Vec::with_capacity((padded - self.end) as usize);
+            buf.extend_from_slice(bytes);
+            buf.resize(buf.capacity(), 0);
+            io.write_at(&self.file, &buf, self.end)?;
+        } else {
+            io.write_at(&self.file, bytes, self.end)?;
+        }
         self.end = needed;
         Ok(())
     }

@@ -113,7 +113,7 @@ fn create(dir: &Path, path: &Path, tmp: &Path, store: &Store, chunk: u64) -> Res
         .map_err(io_err(tmp))?;
     file.write_all_at(&buf, 0).map_err(io_err(tmp))?;
     let len = file::round_up(buf.len() as u64 + 1, chunk);
-    file::zero_fill(&file::RealIo, &file, buf.len() as u64, len).map_err(io_err(tmp))?;
+    crate::storage::zeros::fill(&file, buf.len() as u64, len).map_err(io_err(tmp))?;
     file.sync_all().map_err(io_err(tmp))?;
     fs::rename(tmp, path).map_err(io_err(path))?;
     fsutil::fsync_dir(dir).map_err(io_err(dir))?;

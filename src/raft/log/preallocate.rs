@@ -126,7 +126,7 @@ pub(crate) fn prepare(dir: &std::path::Path, seq: u64, size: u64) -> io::Result<
         // Real zeros, not a hole or fallocate's unwritten extents: the first write into
         // them would otherwise make fdatasync journal an extent conversion. Written directly
         // where possible (see `storage::zeros`: appends then pad to page boundaries).
-        zeros::fill(&tmp, &file, 0, size)?;
+        zeros::fill(&file, 0, size)?;
         file.sync_all()?;
     }
     fs::rename(&tmp, &path)?;
