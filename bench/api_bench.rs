@@ -10,7 +10,8 @@
 //! objects.wal; strategic merge PATCH and server-side apply at 16 connections, of Deployments
 //! (`LITEK8S_BENCH_PATCH_RESOURCE=pods` or `configmaps` picks another kind). Prints a table
 //! with the core count and writes it as Markdown to the path given as the first argument
-//! (default bench/API.md). `API_BENCH_ONLY=pod-table` runs only the pod Table list and prints
+//! (default bench/API.md). `API_BENCH_ONLY=rss` runs only the RSS with 10,000 ConfigMaps.
+//! `API_BENCH_ONLY=pod-table` runs only the pod Table list and prints
 //! its row without writing the file.
 
 #[path = "../tests/support/mod.rs"]
@@ -374,6 +375,26 @@ async fn fill_pods(api: &Api, ns: &str, n: usize) {
 }
 
 /// A list of `TABLE_PODS` pods as a Table (kubectl's Accept header): median of 5.
+/// A fresh server filled with exactly 10,000 ConfigMaps, and its RSS a second later.
+fn rss_with_configmaps(rt: &tokio::runtime::Runtime) -> (Server, Row) {
+    let server = Server::start(&[]);
+    let api = server.api();
+    rt.block_on(async {
+        ensure_namespace(&api, "bench-list").await;
+        fill(&api, "bench-list", LIST_OBJECTS).await;
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let full = rss_kib(server.pid().expect("pid")).unwrap_or(0);
+    println!("RSS with {LIST_OBJECTS} ConfigMaps: {full} KiB");
+    let r = row(
+        format!("RSS with {LIST_OBJECTS} ConfigMaps (1 KiB each)"),
+        format!("{:.1} MiB", full as f64 / 1024.0),
+        "< 64 MiB",
+        Some(full < 64 * 1024),
+    );
+    (server, r)
+}
+
 async fn pod_table_list(api: &Api) -> Row {
     ensure_namespace(api, "bench-pods").await;
     fill_pods(api, "bench-pods", TABLE_PODS).await;
@@ -580,6 +601,11 @@ fn main() {
     // `LITEK8S_BENCH_ONLY=patch`: only the patch rows, printed and not written (for A/B runs).
     let patch_only = std::env::var("LITEK8S_BENCH_ONLY").is_ok_and(|v| v == "patch");
 
+    if std::env::var("API_BENCH_ONLY").as_deref() == Ok("rss") {
+        let (_server, r) = rss_with_configmaps(&rt);
+        println!("| {} | {} | {} | {:?} |", r.metric, r.result, r.target, r.met);
+        return;
+    }
     if std::env::var("API_BENCH_ONLY").as_deref() == Ok("pod-table") {
         let server = Server::start(&[]);
         let api = server.api();
@@ -711,21 +737,9 @@ fn main() {
     }
     // RSS with exactly 10,000 ConfigMaps: a fresh server, so the create runs above don't count.
     drop(server);
-    let server = Server::start(&[]);
+    let (server, r) = rss_with_configmaps(&rt);
+    rows.push(r);
     let api = server.api();
-    rt.block_on(async {
-        ensure_namespace(&api, "bench-list").await;
-        fill(&api, "bench-list", LIST_OBJECTS).await;
-    });
-    std::thread::sleep(Duration::from_secs(1));
-    let full = rss_kib(server.pid().expect("pid")).unwrap_or(0);
-    println!("RSS with {LIST_OBJECTS} ConfigMaps: {full} KiB");
-    rows.push(row(
-        format!("RSS with {LIST_OBJECTS} ConfigMaps (1 KiB each)"),
-        format!("{:.1} MiB", full as f64 / 1024.0),
-        "< 64 MiB",
-        Some(full < 64 * 1024),
-    ));
 
     // --- event delivery at 1,000 watchers
     let (p50, p99, got, want) = rt.block_on(watch_delay(&api));
