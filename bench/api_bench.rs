@@ -603,7 +603,10 @@ fn main() {
 
     if std::env::var("API_BENCH_ONLY").as_deref() == Ok("rss") {
         let (_server, r) = rss_with_configmaps(&rt);
-        println!("| {} | {} | {} | {:?} |", r.metric, r.result, r.target, r.met);
+        println!(
+            "| {} | {} | {} | {:?} |",
+            r.metric, r.result, r.target, r.met
+        );
         return;
     }
     if std::env::var("API_BENCH_ONLY").as_deref() == Ok("pod-table") {
