@@ -228,10 +228,28 @@ impl Checkpointer {
         Ok(Phase::Counting { since_base: since })
     }
 
-    /// Waits for a running helper (so no thread outlives the WAL writer).
-    pub fn shutdown(self) {
-        if let Phase::Building { helper, .. } = self.phase {
-            let _ = helper.join();
+    /// Waits for a running helper (so no thread outlives the WAL writer). With `segment` (the
+    /// log is healthy), what the helper built is installed as well, so the next start replays
+    /// from the new checkpoint instead of the older one; without it, the result is dropped.
+    pub fn shutdown(mut self, segment: Option<&mut Segment>) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Counting { since_base: 0 });
+        let Phase::Building {
+            since,
+            pending,
+            done,
+            helper,
+        } = phase
+        else {
+            return;
+        };
+        let built = done.recv().ok();
+        let _ = helper.join();
+        if let (Some(built), Some(segment)) = (built, segment) {
+            if let Err(Fatal(reason)) = self.finish(built, &pending, since, segment) {
+                // The rename happened and only the directory sync failed: the old file, if a
+                // crash brings it back, holds every record too.
+                tracing::error!("finishing a checkpoint at shutdown: {reason}");
+            }
         }
     }
 }

@@ -119,7 +119,9 @@ impl Flusher {
                 bytes = Vec::new();
             }
         }
-        self.checkpointer.shutdown();
+        let healthy = self.poison.get().is_none();
+        self.checkpointer
+            .shutdown(healthy.then_some(&mut self.segment));
         drop(self.lock);
     }
 
