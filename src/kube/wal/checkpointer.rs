@@ -124,7 +124,7 @@ impl Checkpointer {
                     },
                     Some(built) => {
                         let _ = helper.join();
-                        self.finish(built, &pending, since + count, segment)?
+                        self.finish(built, &mut pending, since + count, segment)?
                     }
                 }
             }
@@ -192,7 +192,7 @@ impl Checkpointer {
     fn finish(
         &self,
         built: io::Result<Segment>,
-        pending: &[u8],
+        pending: &mut Vec<u8>,
         since: u64,
         segment: &mut Segment,
     ) -> Result<Phase, Fatal> {
@@ -235,7 +235,7 @@ impl Checkpointer {
         let phase = std::mem::replace(&mut self.phase, Phase::Counting { since_base: 0 });
         let Phase::Building {
             since,
-            pending,
+            mut pending,
             done,
             helper,
         } = phase
@@ -245,7 +245,7 @@ impl Checkpointer {
         let built = done.recv().ok();
         let _ = helper.join();
         if let (Some(built), Some(segment)) = (built, segment) {
-            if let Err(Fatal(reason)) = self.finish(built, &pending, since, segment) {
+            if let Err(Fatal(reason)) = self.finish(built, &mut pending, since, segment) {
                 // The rename happened and only the directory sync failed: the old file, if a
                 // crash brings it back, holds every record too.
                 tracing::error!("finishing a checkpoint at shutdown: {reason}");

@@ -74,23 +74,22 @@ impl Segment {
     ///
     /// The write is extended with zeros to the next page boundary (zeros are there already):
     /// preallocated pages are written directly and are not cached, and a write ending inside
-    /// an uncached page would make the kernel read it first (see `storage::zeros`).
-    pub fn append(&mut self, io: &dyn FileIo, bytes: &[u8], chunk: u64) -> io::Result<()> {
-        let needed = self.end + bytes.len() as u64;
+    /// an uncached page would make the kernel read it first (see `storage::zeros`). The zeros
+    /// are appended to `bytes` for the write and removed again, so the caller's buffer comes
+    /// back as it was, without a copy.
+    pub fn append(&mut self, io: &dyn FileIo, bytes: &mut Vec<u8>, chunk: u64) -> io::Result<()> {
+        let len = bytes.len();
+        let needed = self.end + len as u64;
         if needed > self.len {
             let new_len = round_up(needed, chunk);
             zeros::fill(&self.file, self.len, new_len)?;
             self.len = new_len;
         }
         let padded = zeros::padded_end(needed, self.len);
-        if padded > needed {
-            let mut buf = Vec::with_capacity((padded - self.end) as usize);
-            buf.extend_from_slice(bytes);
-            buf.resize(buf.capacity(), 0);
-            io.write_at(&self.file, &buf, self.end)?;
-        } else {
-            io.write_at(&self.file, bytes, self.end)?;
-        }
+        bytes.resize(len + (padded - needed) as usize, 0);
+        let written = io.write_at(&self.file, bytes, self.end);
+        bytes.truncate(len);
+        written?;
         self.end = needed;
         Ok(())
     }
@@ -117,5 +116,51 @@ pub(super) fn lock_dir(dir: &Path) -> io::Result<DirLock> {
             "the data directory is in use by another process (or another WAL in this one)",
         )),
         Err((_, errno)) => Err(io::Error::from(errno)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Appends pad to the page boundary inside the file, never past its end, leave the caller's
+    /// buffer as it was, and grow the file by whole chunks.
+    #[test]
+    fn append_pads_within_the_file_and_returns_the_buffer_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join("wal"))
+            .unwrap();
+        let chunk = 3 * zeros::PAGE + 100;
+        let mut segment = Segment {
+            file,
+            end: 0,
+            len: 0,
+        };
+        let mut expected = Vec::new();
+        for (i, size) in [10usize, 4090, 5000, 3000, 1].into_iter().enumerate() {
+            let mut bytes = vec![i as u8 + 1; size];
+            segment.append(&RealIo, &mut bytes, chunk).unwrap();
+            assert_eq!(
+                bytes,
+                vec![i as u8 + 1; size],
+                "caller's buffer after append {i}"
+            );
+            expected.extend_from_slice(&bytes);
+            let on_disk = std::fs::read(dir.path().join("wal")).unwrap();
+            assert_eq!(
+                on_disk.len() as u64,
+                segment.len,
+                "file length after append {i}"
+            );
+            assert_eq!(segment.len % chunk, 0);
+            assert_eq!(&on_disk[..expected.len()], &expected[..]);
+            assert!(on_disk[expected.len()..].iter().all(|&b| b == 0));
+        }
+        assert_eq!(segment.end, expected.len() as u64);
     }
 }

@@ -88,7 +88,7 @@ impl Flusher {
             }
             let durable = self
                 .segment
-                .append(self.io.as_ref(), &bytes, self.chunk)
+                .append(self.io.as_ref(), &mut bytes, self.chunk)
                 .and_then(|()| self.io.sync_data(&self.segment.file));
             if let Err(e) = durable {
                 self.set_poison(format!(
