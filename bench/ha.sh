@@ -2,7 +2,10 @@
 # HA benchmark: builds the release binary and bench/ha_bench.rs, runs clusters on loopback,
 # prints the table (with the machine's core count) and writes it to bench/HA.md.
 # HA_KILLS (default 20) and HA_TERMS (default 10) set the number of leader stops per case.
-# Takes about 10 minutes on 2 cores.
+# HA_SIDE_ROUNDS (default 3, 0 skips) sets the rounds of the side-by-side table against a
+# 3-member etcd, measured when Debian's etcd-server and etcd-client are installed (the script does
+# not install them: the package starts a system etcd service).
+# Takes about 13 minutes on 2 cores.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"

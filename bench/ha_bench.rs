@@ -7,7 +7,10 @@
 //!   min / p50 / max over repeated kills (the killed member restarts between kills);
 //! - ConfigMap creates (1 KiB) at 1, 16 and 64 connections against 1, 3 and 5 members, spread
 //!   over all members and all to the leader;
-//! - a linearizable GET (resourceVersion unset) against rv="0".
+//! - a linearizable GET (resourceVersion unset) against rv="0";
+//! - side by side, in the same run: 3-member litek8s creates against 1 KiB puts into a
+//!   3-member etcd (Debian's `etcd-server`, when installed), alternating, `HA_SIDE_ROUNDS`
+//!   rounds (default 3, 0 skips it; `etcd_cluster.rs`).
 //!
 //! Writes the table to the path given as the first argument (default bench/HA.md).
 
@@ -16,6 +19,8 @@ mod support;
 
 #[path = "../tests/cluster_support/mod.rs"]
 mod cluster_support;
+
+mod etcd_cluster;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -223,6 +228,88 @@ async fn read_load(api: &Api, conns: usize, query: &str) -> (f64, Duration) {
     )
 }
 
+/// The side-by-side table: a 3-member litek8s cluster (ConfigMap creates) and a 3-member etcd
+/// (raw 1 KiB puts), both running, measured alternately — litek8s, then etcd, case by case —
+/// for `rounds` rounds at 1, 16 and 64 clients, spread over all members and all to the leader.
+/// Alternating keeps a noisy host's slow moments from landing on one system only.
+async fn side_by_side(rounds: usize) -> String {
+    let mut md = String::from(
+        "\n## Side by side: 3-member litek8s against 3-member etcd (same machine, same run)\n\n",
+    );
+    if !etcd_cluster::available() {
+        md.push_str("etcd is not installed here (`apt install etcd-server etcd-client`).\n");
+        println!("{md}");
+        return md;
+    }
+    let etcd = match etcd_cluster::EtcdCluster::start(3).await {
+        Ok(c) => c,
+        Err(e) => {
+            md.push_str(&format!("etcd did not start: {e}\n"));
+            println!("{md}");
+            return md;
+        }
+    };
+    let etcd_leader = match etcd.leader() {
+        Ok(l) => l,
+        Err(e) => {
+            md.push_str(&format!("no etcd leader found: {e}\n"));
+            return md;
+        }
+    };
+    let mut cluster = Cluster::start_with(3, 300);
+    let leader = cluster.wait_leader().await;
+    let version = std::process::Command::new("etcd")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.lines().next().map(str::to_string))
+        .unwrap_or_default();
+    md.push_str(&format!(
+        "litek8s: ConfigMap creates over HTTPS as in the tables above. etcd: {version}, default \
+         timers, raw puts of 1 KiB values under new keys `/registry/configmaps/default/<unique>` \
+         from gRPC clients (one HTTP/2 connection over plain TCP and one put in flight each, as \
+         etcd's own `benchmark put` sends them; `bench/etcd_cluster.rs`). Both clusters run at \
+         once; each case is measured {rounds} times, alternating litek8s and etcd, \
+         {LOAD_SECONDS} s each. Writes/s is the median round (min–max in parentheses); p50 and \
+         p99 are from the median round.\n\n\
+         | system | writes go to | clients | writes/s | p50 | p99 |\n|---|---|---|---|---|---|\n"
+    ));
+    let lite_all: Vec<Api> = (0..3).map(|i| cluster.api(i)).collect();
+    let lite_leader = vec![cluster.api(leader)];
+    let etcd_all = etcd.client_addrs.clone();
+    let etcd_to_leader = vec![etcd.client_addrs[etcd_leader]];
+    for (label, lite_targets, etcd_targets) in [
+        ("all members", &lite_all, &etcd_all),
+        ("the leader", &lite_leader, &etcd_to_leader),
+    ] {
+        for clients in [1usize, 16, 64] {
+            let mut lite = Vec::new();
+            let mut etc = Vec::new();
+            for round in 0..rounds {
+                let tag = format!("side-{}-{clients}-{round}", label.len());
+                lite.push(create_load(lite_targets, clients, &tag).await);
+                etc.push(etcd_cluster::put_load(etcd_targets, clients, &tag, LOAD_SECONDS).await);
+            }
+            for (system, mut results) in [("litek8s", lite), ("etcd", etc)] {
+                results.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let (rate, p50, p99) = results[results.len() / 2];
+                let line = format!(
+                    "| {system} | {label} | {clients} | {rate:.0} ({:.0}–{:.0}) | {} | {} |\n",
+                    results[0].0,
+                    results[results.len() - 1].0,
+                    ms(p50),
+                    ms(p99)
+                );
+                print!("{line}");
+                md.push_str(&line);
+            }
+        }
+    }
+    drop(cluster);
+    md
+}
+
 fn summary(windows: &[Duration]) -> String {
     format!(
         "min {:.2} s, p50 {:.2} s, max {:.2} s ({} runs)",
@@ -336,6 +423,10 @@ fn main() {
             );
         }
         drop(cluster);
+    }
+    let side_rounds = env_usize("HA_SIDE_ROUNDS", 3);
+    if side_rounds > 0 {
+        md.push_str(&rt.block_on(side_by_side(side_rounds)));
     }
     md.push_str(
         "\nTargets: 3 members ≥ 5,000 creates/s at 64 connections. Failover windows are measured \
