@@ -1,7 +1,8 @@
 #!/bin/sh
 # Raft log benchmark: raw fdatasync rate, single-node Raft appends with 1/16/256 proposers,
 # replay of 100,000 entries. Writes bench/LOG.md. LOG_BENCH_SECS (default 3) sets the length
-# of each run; LOG_BENCH_DIR the directory (default: the system temp dir; use the data disk).
+# of each run, LOG_BENCH_ROUNDS (default 3) the rounds (cases alternate; the table gives the
+# median round and the range); LOG_BENCH_DIR the directory (default: the system temp dir).
 set -eu
 cd "$(dirname "$0")/.."
 cargo build --release -p litek8s-bench --bin log_bench
