@@ -27,18 +27,24 @@ pub struct EtcdCluster {
     _tmp: tempfile::TempDir,
 }
 
-/// Whether the etcd binary is installed (`apt install etcd-server etcd-client`).
-pub fn available() -> bool {
-    [("etcd", "--version"), ("etcdctl", "version")]
-        .iter()
-        .all(|(bin, arg)| {
-            Command::new(bin)
-                .arg(arg)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
+/// The first line of `etcd --version` (for example "etcd Version: 3.4.23") when both etcd and
+/// etcdctl are installed (`apt install etcd-server etcd-client`); `None` otherwise.
+pub fn installed_version() -> Option<String> {
+    let etcdctl_runs = Command::new("etcdctl")
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !etcdctl_runs {
+        return None;
+    }
+    let out = Command::new("etcd").arg("--version").output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8(out.stdout).ok()?;
+    text.lines().next().map(str::to_string)
 }
 
 impl EtcdCluster {

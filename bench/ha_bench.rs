@@ -236,11 +236,11 @@ async fn side_by_side(rounds: usize) -> String {
     let mut md = String::from(
         "\n## Side by side: 3-member litek8s against 3-member etcd (same machine, same run)\n\n",
     );
-    if !etcd_cluster::available() {
+    let Some(version) = etcd_cluster::installed_version() else {
         md.push_str("etcd is not installed here (`apt install etcd-server etcd-client`).\n");
         println!("{md}");
         return md;
-    }
+    };
     let etcd = match etcd_cluster::EtcdCluster::start(3).await {
         Ok(c) => c,
         Err(e) => {
@@ -253,18 +253,12 @@ async fn side_by_side(rounds: usize) -> String {
         Ok(l) => l,
         Err(e) => {
             md.push_str(&format!("no etcd leader found: {e}\n"));
+            println!("{md}");
             return md;
         }
     };
     let mut cluster = Cluster::start_with(3, 300);
     let leader = cluster.wait_leader().await;
-    let version = std::process::Command::new("etcd")
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.lines().next().map(str::to_string))
-        .unwrap_or_default();
     md.push_str(&format!(
         "litek8s: ConfigMap creates over HTTPS as in the tables above. etcd: {version}, default \
          timers, raw puts of 1 KiB values under new keys `/registry/configmaps/default/<unique>` \
