@@ -141,7 +141,15 @@ async fn engine(dir: &Path, proposers: usize, secs: f64) -> EngineResult {
         .await
         .expect("leader");
     let raft = Arc::new(raft);
-    let batcher = Batcher::start(raft.clone(), BatchLimits::default());
+    // LOG_BENCH_IN_FLIGHT overrides the batches in flight (2 by default) for comparisons.
+    let mut limits = BatchLimits::default();
+    if let Some(n) = std::env::var("LOG_BENCH_IN_FLIGHT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        limits.in_flight = n;
+    }
+    let batcher = Batcher::start(raft.clone(), limits);
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let mut tasks = Vec::new();
     let start = Instant::now();

@@ -523,6 +523,7 @@ async fn a_session_proposal_applies_once_even_across_a_snapshot() {
         session: Some(77),
         seq: Some(seq),
         acked: Some(0),
+        prepared: Default::default(),
     };
     let first = sm
         .apply(vec![normal(

@@ -251,6 +251,7 @@ fn proposal_of(request: ProposeRequest) -> Proposal {
         session: request.session,
         seq: request.seq,
         acked: request.acked,
+        prepared: Default::default(),
     }
 }
 

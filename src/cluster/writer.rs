@@ -215,6 +215,7 @@ impl ClusterWriter {
             session: Some(self.session.id),
             seq: Some(seq),
             acked: Some(self.session.acked()),
+            prepared: Default::default(),
         }
     }
 

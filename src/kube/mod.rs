@@ -11,12 +11,16 @@
 //! - `selectors`: label and field selectors.
 //! - `patch`: JSON, merge and strategic merge patches.
 //! - `json_writer`: compact JSON of a Value, as serde_json writes it, with a faster string scan.
+//! - `drop_later`: frees objects on a background thread, off the Raft thread.
+//! - `prepared_object`: an object encoded and indexed ahead of the store (off the Raft thread).
 
 pub mod checkpoint;
+pub mod drop_later;
 pub mod json_writer;
 pub mod mutation;
 pub mod object;
 pub mod patch;
+pub mod prepared_object;
 pub mod resources;
 pub mod selectors;
 pub mod store;

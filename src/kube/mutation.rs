@@ -58,13 +58,24 @@ impl Mutation {
     /// Appends the same JSON as serde's encoding of `self`, with the object (nearly all of the
     /// bytes) written by `json_writer` instead of serde_json.
     pub fn write_json(&self, out: &mut Vec<u8>) {
+        self.write_json_with(out, None);
+    }
+
+    /// `write_json`, with the object's JSON copied from `object_json` when given: the
+    /// caller vouches that it is the encoding of this Mutation's object
+    /// (`prepared_object::PreparedObject` built from it).
+    pub fn write_json_with(&self, out: &mut Vec<u8>, object_json: Option<&[u8]>) {
+        let write_object = |out: &mut Vec<u8>, object: &serde_json::Value| match object_json {
+            Some(json) => out.extend_from_slice(json),
+            None => super::json_writer::write_value(out, object),
+        };
         // Serializing these plain data types into a Vec cannot fail.
         match self {
             Mutation::Create { key, object } => {
                 out.extend_from_slice(br#"{"op":"create","key":"#);
                 let _ = serde_json::to_writer(&mut *out, key);
                 out.extend_from_slice(br#","object":"#);
-                super::json_writer::write_value(out, object);
+                write_object(out, object);
             }
             Mutation::Update {
                 key,
@@ -74,7 +85,7 @@ impl Mutation {
                 out.extend_from_slice(br#"{"op":"update","key":"#);
                 let _ = serde_json::to_writer(&mut *out, key);
                 out.extend_from_slice(br#","object":"#);
-                super::json_writer::write_value(out, object);
+                write_object(out, object);
                 out.extend_from_slice(br#","precondition":"#);
                 let _ = serde_json::to_writer(&mut *out, precondition);
             }

@@ -45,6 +45,42 @@ impl std::fmt::Display for ObjectKey {
     }
 }
 
+/// What the store keeps beside an object's JSON, read from the object alone: its uid, its
+/// labels (string values only) and the values of its kind's selectable fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectFacts {
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    pub fields: Vec<(String, String)>,
+}
+
+impl ObjectFacts {
+    /// The facts of `object`, an object of the store resource `resource`.
+    pub fn of(resource: &str, object: &serde_json::Value) -> ObjectFacts {
+        let metadata = object.get("metadata");
+        let uid = metadata
+            .and_then(|m| m.get("uid"))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let labels = metadata
+            .and_then(|m| m.get("labels"))
+            .and_then(serde_json::Value::as_object)
+            .map(|labels| {
+                labels
+                    .iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        ObjectFacts {
+            uid,
+            labels,
+            fields: super::resources::selectable_fields(resource, object),
+        }
+    }
+}
+
 /// One object as the store holds it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredObject {

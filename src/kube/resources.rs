@@ -2,6 +2,9 @@
 //! names, short names, categories, scope, verbs, subresources and the per-kind selectable
 //! fields. Discovery, routing, OpenAPI and tables all read this one table.
 
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
 use serde_json::Value;
 
 /// Static description of one served resource.
@@ -241,12 +244,18 @@ pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resourc
         .find(|r| r.group == group && r.version == version && r.plural == plural)
 }
 
-/// Looks up a resource by its store key (`plural` or `group/plural`).
+/// Looks up a resource by its store key (`plural` or `group/plural`). The store asks on
+/// every write it applies, so this is a hash lookup rather than a scan of the table.
 pub fn by_store_key(store_key: &str) -> Option<&'static ResourceInfo> {
-    let (group, plural) = store_key.rsplit_once('/').unwrap_or(("", store_key));
-    RESOURCES
-        .iter()
-        .find(|r| r.group == group && r.plural == plural)
+    static BY_STORE_KEY: LazyLock<HashMap<String, &'static ResourceInfo>> = LazyLock::new(|| {
+        let mut map = HashMap::new();
+        for info in RESOURCES {
+            // The first entry of a group and plural wins, as a scan would find it.
+            map.entry(info.store_key()).or_insert(info);
+        }
+        map
+    });
+    BY_STORE_KEY.get(store_key).copied()
 }
 
 /// Values of the selectable fields of `object`, for the store to keep next to it.
@@ -272,4 +281,28 @@ pub fn selectable_fields(store_key: &str, object: &Value) -> Vec<(String, String
             (field.to_string(), value)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_resource_is_found_by_its_store_key() {
+        for info in RESOURCES {
+            let found = by_store_key(&info.store_key()).expect("every resource has a store key");
+            let first = RESOURCES
+                .iter()
+                .find(|r| r.group == info.group && r.plural == info.plural);
+            assert!(
+                first.is_some_and(|first| std::ptr::eq(first, found)),
+                "{}",
+                info.plural
+            );
+        }
+        assert!(by_store_key("apps/deployments").is_some());
+        for unknown in ["", "deployments", "apps/configmaps", "configmaps/", "x/y/z"] {
+            assert!(by_store_key(unknown).is_none(), "{unknown}");
+        }
+    }
 }

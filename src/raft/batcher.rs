@@ -17,8 +17,6 @@ use std::sync::Arc;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 
-use serde_json::Value;
-
 use crate::kube::mutation::{ApplyError, Mutation};
 use crate::raft::types::{Applied, Batch, BatchResponse, Proposal, TypeConfig};
 
@@ -115,10 +113,11 @@ impl Write for Counter {
     }
 }
 
-/// The exact length of `proposal`'s compact JSON (what the log entry holds of it). Plain
-/// serde_json would do, but it escapes every byte of the ~KiB object a second time only to
-/// count them; the object is measured by `json_len` instead.
-fn encoded_len(proposal: &mut Proposal) -> usize {
+/// Prepares `proposal`'s object once (`Proposal::prepare_object`: the log entry and the
+/// store reuse its JSON) and returns the exact length of the proposal's compact JSON, what
+/// the log entry holds of it.
+fn prepare_and_measure(proposal: &mut Proposal) -> usize {
+    proposal.prepare_object();
     let object = match &mut proposal.mutation {
         Mutation::Create { object, .. } | Mutation::Update { object, .. } => {
             Some(std::mem::take(object))
@@ -131,61 +130,17 @@ fn encoded_len(proposal: &mut Proposal) -> usize {
     let Some(object) = object else {
         return counter.0;
     };
-    // The object was counted as `null`.
-    let len = counter.0 - 4 + json_len(&object);
+    // The object was counted as `null`. Objects the store would refuse have no encoding.
+    let object_len = match proposal.prepared.get() {
+        Some(json) => json.as_bytes().len(),
+        None => crate::kube::json_writer::to_vec(&object).len(),
+    };
     if let Mutation::Create { object: slot, .. } | Mutation::Update { object: slot, .. } =
         &mut proposal.mutation
     {
         *slot = object;
     }
-    len
-}
-
-/// The length of serde_json's compact encoding of `value`.
-fn json_len(value: &Value) -> usize {
-    match value {
-        Value::Null => 4,
-        Value::Bool(b) => 4 + usize::from(!b),
-        Value::Number(n) => {
-            let mut counter = Counter(0);
-            let _ = serde_json::to_writer(&mut counter, n);
-            counter.0
-        }
-        Value::String(s) => string_len(s),
-        Value::Array(items) => {
-            2 + items.len().saturating_sub(1) + items.iter().map(json_len).sum::<usize>()
-        }
-        Value::Object(map) => {
-            2 + map.len().saturating_sub(1)
-                + map
-                    .iter()
-                    .map(|(k, v)| string_len(k) + 1 + json_len(v))
-                    .sum::<usize>()
-        }
-    }
-}
-
-/// The length of a JSON string literal as serde_json escapes it: `"` and `\` and the five
-/// short control escapes take 2 bytes, other control bytes 6 (`\u00XX`), the rest 1.
-fn string_len(s: &str) -> usize {
-    let bytes = s.as_bytes();
-    // Branch-free over the whole string (it vectorizes): almost no string needs escaping.
-    let needs_escape = bytes.iter().fold(false, |any, &b| {
-        any | (b < 0x20) | (b == b'"') | (b == b'\\')
-    });
-    let extra: usize = if needs_escape {
-        bytes
-            .iter()
-            .map(|&b| match b {
-                b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 1,
-                0..=0x1f => 5,
-                _ => 0,
-            })
-            .sum()
-    } else {
-        0
-    };
-    2 + bytes.len() + extra
+    counter.0 - 4 + object_len
 }
 
 impl Batcher {
@@ -198,7 +153,7 @@ impl Batcher {
 
     /// Proposes one Mutation; returns once it is committed and applied (or failed).
     pub async fn submit(&self, mut proposal: Proposal) -> Result<Applied, ProposeError> {
-        let size = encoded_len(&mut proposal) + 1;
+        let size = prepare_and_measure(&mut proposal) + 1;
         let (reply, rx) = oneshot::channel();
         let request = Request {
             proposal,
@@ -354,9 +309,11 @@ mod tests {
     }
 
     #[test]
-    fn encoded_len_is_exact() {
+    fn measured_length_is_exact_and_the_object_is_prepared() {
         let objects = [
             serde_json::json!(null),
+            serde_json::json!({"metadata":{"name":"n","resourceVersion":"4"},"data":{"k":"v\n"}}),
+            serde_json::json!({"kind":"K","metadata":{"name":"n"}}),
             serde_json::json!({"a":[1,-2,3.5,1e300,true,false,null,[],{}],"b":"x"}),
             serde_json::json!({"esc":"quote\" back\\ nl\n tab\t bell\u{7} del\u{7f} é ☃ 🦀 \r\u{8}\u{c}\u{1f}",
                 "k\"ey\n":{"nested":[{"deep":"v"}],"n":18446744073709551615u64,"m":-9223372036854775808i64,"f":0.1}}),
@@ -382,8 +339,11 @@ mod tests {
                 proposal.session = Some(3);
                 let expected = serde_json::to_vec(&proposal).unwrap().len();
                 let before = proposal.clone();
-                assert_eq!(encoded_len(&mut proposal), expected, "{proposal:?}");
+                assert_eq!(prepare_and_measure(&mut proposal), expected, "{proposal:?}");
                 assert_eq!(proposal, before, "the proposal must come back unchanged");
+                let mut written = Vec::new();
+                proposal.write_json(&mut written);
+                assert_eq!(written.len(), expected, "{proposal:?}");
             }
         }
     }

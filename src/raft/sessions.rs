@@ -187,6 +187,7 @@ mod tests {
             session: Some(session),
             seq: Some(seq),
             acked,
+            prepared: Default::default(),
         }
     }
 

@@ -117,7 +117,12 @@ impl StateMachine {
         if !has_sessions {
             let results = self
                 .store
-                .apply_batch(batch.proposals.into_iter().map(|p| p.mutation))
+                .apply_prepared_batch(
+                    batch
+                        .proposals
+                        .into_iter()
+                        .map(|p| (p.mutation, p.prepared)),
+                )
                 .into_iter()
                 .map(applied)
                 .collect();
@@ -131,11 +136,15 @@ impl StateMachine {
                 Decision::Answer(result) => results.push(Some(result)),
                 Decision::Apply => {
                     results.push(None);
-                    to_apply.push(proposal.mutation.clone());
+                    to_apply.push((proposal.mutation.clone(), proposal.prepared.clone()));
                 }
             }
         }
-        let mut fresh = self.store.apply_batch(to_apply).into_iter().map(applied);
+        let mut fresh = self
+            .store
+            .apply_prepared_batch(to_apply)
+            .into_iter()
+            .map(applied);
         let results = batch
             .proposals
             .iter()

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::kube::mutation::{ApplyError, Mutation};
 use crate::kube::object::ObjectRef;
+use crate::kube::prepared_object::{PreparedCache, PreparedObject};
 
 /// Raft node ids.
 pub type NodeId = u64;
@@ -51,6 +52,10 @@ pub struct Proposal {
     /// The proposer has the answers of every seq up to this one: they may be forgotten.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acked: Option<u64>,
+    /// The Mutation's object prepared by `prepare_object` (the batcher does, on the caller's
+    /// thread); empty in decoded entries. Never serialized, ignored by `==`.
+    #[serde(skip)]
+    pub prepared: PreparedCache,
 }
 
 impl Batch {
@@ -71,7 +76,8 @@ impl Proposal {
     /// Appends the same JSON as serde's encoding of `self` (see `Mutation::write_json`).
     pub fn write_json(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(br#"{"mutation":"#);
-        self.mutation.write_json(out);
+        let object_json = self.prepared.get().map(PreparedObject::as_bytes);
+        self.mutation.write_json_with(out, object_json);
         for (name, value) in [
             (&br#","session":"#[..], self.session),
             (&br#","seq":"#[..], self.seq),
@@ -91,7 +97,20 @@ impl Proposal {
             session: None,
             seq: None,
             acked: None,
+            prepared: PreparedCache::default(),
         }
+    }
+
+    /// Prepares the Mutation's object for the store, once (`kube::prepared_object`): the log
+    /// entry then copies its JSON, and the store splices the resourceVersion into it. The
+    /// Mutation must not change afterwards.
+    pub fn prepare_object(&mut self) {
+        let object = match &self.mutation {
+            Mutation::Create { object, .. } | Mutation::Update { object, .. } => object,
+            Mutation::Delete { .. } => return,
+        };
+        let resource = &self.mutation.key().resource;
+        self.prepared = PreparedCache::new(PreparedObject::prepare(resource, object));
     }
 }
 
