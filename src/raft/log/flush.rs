@@ -51,9 +51,15 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
+    /// Queues `ops`. Plain writes alone do not wake the thread: it holds bytes nobody waits
+    /// for until the next flush someone does (a COMMITTED record after every commit would
+    /// otherwise wake it for nothing, a futex call on the Raft thread each time).
     pub fn push(&self, ops: Vec<Op>) {
+        let wake = ops.iter().any(|op| !matches!(op, Op::Write { .. }));
         self.pending.lock().ops.extend(ops);
-        self.cv.notify_one();
+        if wake {
+            self.cv.notify_one();
+        }
     }
 
     pub fn shutdown(&self) {
