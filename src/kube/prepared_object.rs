@@ -119,20 +119,12 @@ fn encode(object: &Value) -> Option<(Vec<u8>, VersionSlot)> {
     let mut slot = None;
     json.push(b'{');
     for (i, (key, value)) in fields.iter().enumerate() {
-        if i > 0 {
-            json.push(b',');
-        }
-        write_str(&mut json, key);
-        json.push(b':');
+        write_key(&mut json, i, key);
         match value {
             Value::Object(metadata) if key == "metadata" => {
                 json.push(b'{');
                 for (j, (name, item)) in metadata.iter().enumerate() {
-                    if j > 0 {
-                        json.push(b',');
-                    }
-                    write_str(&mut json, name);
-                    json.push(b':');
+                    write_key(&mut json, j, name);
                     let start = json.len();
                     write_value(&mut json, item);
                     if name == "resourceVersion" {
@@ -153,6 +145,16 @@ fn encode(object: &Value) -> Option<(Vec<u8>, VersionSlot)> {
     }
     json.push(b'}');
     Some((json, slot?))
+}
+
+/// Writes what precedes the value of a map's `index`-th entry: a comma after the first, then
+/// `"key":`.
+fn write_key(json: &mut Vec<u8>, index: usize, key: &str) {
+    if index > 0 {
+        json.push(b',');
+    }
+    write_str(json, key);
+    json.push(b':');
 }
 
 /// Digits need no escaping.
