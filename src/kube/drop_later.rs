@@ -43,24 +43,43 @@ mod tests {
 
     use super::*;
 
-    struct Counted(Arc<AtomicUsize>);
+    /// Counts its drops, and those that happened on the thread that created it.
+    struct Counted {
+        dropped: Arc<AtomicUsize>,
+        on_creator: Arc<AtomicUsize>,
+        creator: std::thread::ThreadId,
+    }
 
     impl Drop for Counted {
         fn drop(&mut self) {
-            self.0.fetch_add(1, Ordering::SeqCst);
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+            if std::thread::current().id() == self.creator {
+                self.on_creator.fetch_add(1, Ordering::SeqCst);
+            }
         }
     }
 
     #[test]
     fn every_value_is_dropped_off_the_calling_thread() {
         let dropped = Arc::new(AtomicUsize::new(0));
+        let on_creator = Arc::new(AtomicUsize::new(0));
+        let counted = || Counted {
+            dropped: dropped.clone(),
+            on_creator: on_creator.clone(),
+            creator: std::thread::current().id(),
+        };
         for _ in 0..100 {
-            drop_later(vec![Counted(dropped.clone()), Counted(dropped.clone())]);
+            drop_later(vec![counted(), counted()]);
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         while dropped.load(Ordering::SeqCst) < 200 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(dropped.load(Ordering::SeqCst), 200);
+        assert_eq!(
+            on_creator.load(Ordering::SeqCst),
+            0,
+            "freed on the caller's thread"
+        );
     }
 }

@@ -344,6 +344,11 @@ mod tests {
                 let mut written = Vec::new();
                 proposal.write_json(&mut written);
                 assert_eq!(written.len(), expected, "{proposal:?}");
+                assert_eq!(
+                    written,
+                    serde_json::to_vec(&proposal).unwrap(),
+                    "the prepared JSON in the entry must be serde's, byte for byte"
+                );
             }
         }
     }
