@@ -31,6 +31,7 @@ const SHORT_SECONDS: f64 = 4.0;
 const STREAM_BYTES: usize = 100 << 20;
 const CONNECT_CLIENTS: usize = 16;
 const CONNECT_SECONDS: f64 = 3.0;
+/// Rounds per layout unless `LB_BENCH_ROUNDS` says otherwise.
 const ROUNDS: usize = 3;
 /// ConfigMaps (1 KiB each) in the list the API server streams.
 const LIST_OBJECTS: usize = 10_000;
@@ -331,24 +332,80 @@ fn free_addr() -> SocketAddr {
         .expect("free port")
 }
 
-/// A running `litek8s lb`, killed and reaped when dropped (also when the benchmark panics).
-struct LbProcess(Child);
+/// A relay process (`litek8s lb` or the HAProxy reference), killed and reaped when dropped
+/// (also when the benchmark panics).
+struct RelayProcess {
+    child: Child,
+    /// HAProxy's configuration file, removed with the process.
+    _config: Option<tempfile::NamedTempFile>,
+}
 
-impl LbProcess {
+impl RelayProcess {
     fn id(&self) -> u32 {
-        self.0.id()
+        self.child.id()
     }
 }
 
-impl Drop for LbProcess {
+impl Drop for RelayProcess {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-/// A `litek8s lb` for `backend`, ready once it reports an active server.
-fn start_lb(bin: &str, backend: SocketAddr, tcp_check: bool) -> (LbProcess, SocketAddr) {
+/// The relays measured against direct connections.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Relay {
+    /// The product: release `litek8s lb`, splice relay.
+    Litek8s,
+    /// The reference L4 relay: HAProxy in TCP mode with splice, the same thread count.
+    Haproxy,
+}
+
+impl Relay {
+    fn label(self) -> &'static str {
+        match self {
+            Relay::Litek8s => "litek8s lb",
+            Relay::Haproxy => "haproxy",
+        }
+    }
+}
+
+/// Which backend a relay forwards to, and how a relay may check it.
+#[derive(Clone, Copy)]
+struct Target {
+    addr: SocketAddr,
+    /// Only a TCP check (the backend answers every request with a long stream).
+    tcp_check: bool,
+}
+
+/// Where to find the relay programs.
+struct Programs {
+    litek8s: String,
+    /// `None`: HAProxy is not installed and its column stays empty.
+    haproxy: Option<String>,
+}
+
+impl Programs {
+    fn relays(&self) -> Vec<Relay> {
+        let mut relays = vec![Relay::Litek8s];
+        if self.haproxy.is_some() {
+            relays.push(Relay::Haproxy);
+        }
+        relays
+    }
+
+    /// Starts `relay` for `target` with `threads` threads; returns once it forwards.
+    fn start(&self, relay: Relay, target: Target, threads: usize) -> (RelayProcess, SocketAddr) {
+        match (relay, &self.haproxy) {
+            (Relay::Haproxy, Some(haproxy)) => start_haproxy(haproxy, target, threads),
+            _ => start_lb(&self.litek8s, target, threads),
+        }
+    }
+}
+
+/// A `litek8s lb` for the target, ready once it reports an active server.
+fn start_lb(bin: &str, target: Target, threads: usize) -> (RelayProcess, SocketAddr) {
     let (listen, status) = (free_addr(), free_addr());
     let mut cmd = Command::new(bin);
     cmd.args([
@@ -358,13 +415,19 @@ fn start_lb(bin: &str, backend: SocketAddr, tcp_check: bool) -> (LbProcess, Sock
         "--status-listen",
         &status.to_string(),
     ])
-    .args(["--server", &format!("https://{backend}")])
+    .args(["--server", &format!("https://{}", target.addr)])
     .env("RUST_LOG", "warn")
+    // The runtime's worker count; tokio would take it from the CPUs it may run on, which
+    // are set after it starts.
+    .env("TOKIO_WORKER_THREADS", threads.to_string())
     .stdin(Stdio::null());
-    if tcp_check {
+    if target.tcp_check {
         cmd.arg("--tcp-check");
     }
-    let child = LbProcess(cmd.spawn().expect("spawn litek8s lb"));
+    let child = RelayProcess {
+        child: cmd.spawn().expect("spawn litek8s lb"),
+        _config: None,
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let ok = std::net::TcpStream::connect(status).ok().and_then(|mut s| {
@@ -383,9 +446,43 @@ fn start_lb(bin: &str, backend: SocketAddr, tcp_check: bool) -> (LbProcess, Sock
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// HAProxy in TCP mode with splice in both directions, ready once its port accepts.
+fn start_haproxy(bin: &str, target: Target, threads: usize) -> (RelayProcess, SocketAddr) {
+    use std::io::Write;
+    let listen = free_addr();
+    let mut config = tempfile::NamedTempFile::new().expect("haproxy config file");
+    write!(
+        config,
+        "global\n  nbthread {threads}\n  maxconn 4096\n\
+         defaults\n  mode tcp\n  option splice-auto\n  timeout connect 5s\n  \
+         timeout client 1h\n  timeout server 1h\n\
+         frontend clients\n  bind {listen}\n  default_backend servers\n\
+         backend servers\n  server s1 {}\n",
+        target.addr
+    )
+    .expect("write haproxy config");
+    let child = Command::new(bin)
+        .args(["-db", "-q", "-f"])
+        .arg(config.path())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn haproxy");
+    let child = RelayProcess {
+        child,
+        _config: Some(config),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(listen).is_err() {
+        assert!(Instant::now() < deadline, "haproxy never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, listen)
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn spread(v: &[f64]) -> String {
@@ -399,177 +496,425 @@ fn verdict(ok: bool) -> String {
     if ok { "met" } else { "NOT met" }.to_string()
 }
 
-/// Per-round figures of one backend, direct and through the balancer.
+/// Per-round figures of one path (direct, or through one relay) to one backend.
 #[derive(Default)]
-struct Samples {
-    direct_rps: Vec<f64>,
-    lb_rps: Vec<f64>,
-    direct_p50: Vec<f64>,
-    lb_p50: Vec<f64>,
-    direct_p99: Vec<f64>,
-    lb_p99: Vec<f64>,
-    direct_mib: Vec<f64>,
-    lb_mib: Vec<f64>,
-    /// The balancer's CPU time per short request (µs) and per streamed MiB (ms).
-    lb_cpu_per_request: Vec<f64>,
-    lb_cpu_per_mib: Vec<f64>,
+struct PathSamples {
+    rps: Vec<f64>,
+    p50: Vec<f64>,
+    p99: Vec<f64>,
     /// p50 (ms) of short requests on one connection, where measured.
-    direct_single_p50: Vec<f64>,
-    lb_single_p50: Vec<f64>,
+    single_p50: Vec<f64>,
+    mib: Vec<f64>,
+    /// New connections per second, where measured.
+    cps: Vec<f64>,
+    /// The relay's CPU time per short request (µs) and per streamed MiB (ms).
+    cpu_per_request: Vec<f64>,
+    cpu_per_mib: Vec<f64>,
+}
+
+impl PathSamples {
+    /// One 64-connection round; `cpu` is the relay's CPU time over it.
+    fn short(&mut self, (rps, p50, p99): (f64, Duration, Duration), cpu: Option<Duration>) {
+        self.rps.push(rps);
+        self.p50.push(p50.as_secs_f64() * 1e3);
+        self.p99.push(p99.as_secs_f64() * 1e3);
+        if let Some(cpu) = cpu {
+            let requests = rps * SHORT_SECONDS;
+            self.cpu_per_request
+                .push(cpu.as_secs_f64() * 1e6 / requests.max(1.0));
+        }
+    }
+
+    /// One stream of `mib` MiB at `rate` MiB/s; `cpu` is the relay's CPU time over it.
+    fn stream(&mut self, rate: f64, mib: f64, cpu: Option<Duration>) {
+        self.mib.push(rate);
+        if let Some(cpu) = cpu {
+            self.cpu_per_mib
+                .push(cpu.as_secs_f64() * 1e3 / mib.max(1e-9));
+        }
+    }
+
+    fn rate_cell(v: &[f64]) -> String {
+        if v.is_empty() {
+            return "—".into();
+        }
+        format!("{:.0} ({})", median(v), spread(v))
+    }
+
+    fn ms_cell(v: &[f64]) -> String {
+        if v.is_empty() {
+            return "—".into();
+        }
+        format!("{:.3}", median(v))
+    }
+}
+
+/// Per-round figures of one backend: direct and through each relay.
+struct Samples {
+    direct: PathSamples,
+    relays: Vec<(Relay, PathSamples)>,
 }
 
 impl Samples {
-    fn short(
-        &mut self,
-        direct: (f64, Duration, Duration),
-        via: (f64, Duration, Duration),
-        cpu: Duration,
-    ) {
-        self.direct_rps.push(direct.0);
-        self.direct_p50.push(direct.1.as_secs_f64() * 1e3);
-        self.direct_p99.push(direct.2.as_secs_f64() * 1e3);
-        self.lb_rps.push(via.0);
-        self.lb_p50.push(via.1.as_secs_f64() * 1e3);
-        self.lb_p99.push(via.2.as_secs_f64() * 1e3);
-        let requests = via.0 * SHORT_SECONDS;
-        self.lb_cpu_per_request
-            .push(cpu.as_secs_f64() * 1e6 / requests.max(1.0));
-    }
-
-    fn stream(&mut self, direct: f64, via: f64, cpu: Duration, mib: f64) {
-        self.direct_mib.push(direct);
-        self.lb_mib.push(via);
-        self.lb_cpu_per_mib.push(cpu.as_secs_f64() * 1e3 / mib);
-    }
-
-    /// The table rows of this backend, the targets judged on the medians.
-    fn rows(&self, what: &str, rows: &mut Vec<[String; 4]>) {
-        let (drps, lrps) = (median(self.direct_rps.clone()), median(self.lb_rps.clone()));
-        let loss = 100.0 * (1.0 - lrps / drps);
-        let added_p50 = median(self.lb_p50.clone()) - median(self.direct_p50.clone());
-        let stream_ratio = 100.0 * median(self.lb_mib.clone()) / median(self.direct_mib.clone());
-        rows.push([
-            format!("{what}: short requests, {CONNECTIONS} keep-alive connections (req/s)"),
-            format!("{drps:.0} ({})", spread(&self.direct_rps)),
-            format!("{lrps:.0} ({})", spread(&self.lb_rps)),
-            format!("loss {loss:.1}% (target ≤ 10%: {})", verdict(loss <= 10.0)),
-        ]);
-        rows.push([
-            format!("{what}: short requests p50 (ms)"),
-            format!("{:.3}", median(self.direct_p50.clone())),
-            format!("{:.3}", median(self.lb_p50.clone())),
-            format!(
-                "added {added_p50:.3} ms (target ≤ 0.2 ms: {})",
-                verdict(added_p50 <= 0.2)
-            ),
-        ]);
-        if !self.lb_single_p50.is_empty() {
-            let (direct, via) = (
-                median(self.direct_single_p50.clone()),
-                median(self.lb_single_p50.clone()),
-            );
-            rows.push([
-                format!("{what}: short requests p50 on 1 connection (ms)"),
-                format!("{direct:.3}"),
-                format!("{via:.3}"),
-                format!("added {:.3} ms", via - direct),
-            ]);
+    fn new(relays: &[Relay]) -> Samples {
+        Samples {
+            direct: PathSamples::default(),
+            relays: relays
+                .iter()
+                .map(|r| (*r, PathSamples::default()))
+                .collect(),
         }
-        rows.push([
+    }
+
+    fn of(&mut self, relay: Relay) -> &mut PathSamples {
+        let at = self
+            .relays
+            .iter()
+            .position(|(r, _)| *r == relay)
+            .expect("relay measured");
+        &mut self.relays[at].1
+    }
+
+    fn relay(&self, relay: Relay) -> Option<&PathSamples> {
+        self.relays
+            .iter()
+            .find(|(r, _)| *r == relay)
+            .map(|(_, s)| s)
+    }
+
+    /// One line of progress for round `round`.
+    fn progress(&self, round: usize) -> String {
+        let mut line = format!(
+            "direct {:.0} req/s p50 {:.3} ms",
+            self.direct.rps[round], self.direct.p50[round]
+        );
+        for (relay, s) in &self.relays {
+            line.push_str(&format!(
+                "; {} {:.0} req/s p50 {:.3} ms",
+                relay.label(),
+                s.rps[round],
+                s.p50[round]
+            ));
+        }
+        line.push_str(&format!(
+            "; stream direct {:.0} MiB/s",
+            self.direct.mib[round]
+        ));
+        for (relay, s) in &self.relays {
+            line.push_str(&format!(", {} {:.0}", relay.label(), s.mib[round]));
+        }
+        line
+    }
+
+    /// A row: the metric, then direct, litek8s lb and haproxy cells from `cell`, then the
+    /// result column.
+    fn row(
+        &self,
+        metric: String,
+        cell: impl Fn(&PathSamples) -> String,
+        result: String,
+    ) -> [String; 5] {
+        let via = |relay| self.relay(relay).map_or("—".to_string(), &cell);
+        [
+            metric,
+            cell(&self.direct),
+            via(Relay::Litek8s),
+            via(Relay::Haproxy),
+            result,
+        ]
+    }
+
+    /// The table rows of this backend, the targets judged on litek8s lb's medians.
+    fn rows(&self, what: &str, rows: &mut Vec<[String; 5]>) {
+        let lb = self.relay(Relay::Litek8s).expect("litek8s lb measured");
+        let haproxy = self.relay(Relay::Haproxy);
+        let direct = &self.direct;
+        let loss = |s: &PathSamples| 100.0 * (1.0 - median(&s.rps) / median(&direct.rps));
+        let added = |a: &[f64], b: &[f64]| median(a) - median(b);
+        let ratio = |s: &PathSamples| 100.0 * median(&s.mib) / median(&direct.mib);
+        let reference =
+            |text: String| haproxy.map_or(String::new(), |_| format!("; haproxy: {text}"));
+        let lb_loss = loss(lb);
+        rows.push(self.row(
+            format!("{what}: short requests, {CONNECTIONS} keep-alive connections (req/s)"),
+            |s| PathSamples::rate_cell(&s.rps),
+            format!(
+                "loss {lb_loss:.1}% (target ≤ 10%: {}){}",
+                verdict(lb_loss <= 10.0),
+                reference(haproxy.map_or(String::new(), |h| format!("loss {:.1}%", loss(h))))
+            ),
+        ));
+        let lb_added = added(&lb.p50, &direct.p50);
+        rows.push(self.row(
+            format!("{what}: short requests p50 (ms)"),
+            |s| PathSamples::ms_cell(&s.p50),
+            format!(
+                "added {lb_added:.3} ms (target ≤ 0.2 ms: {}){}",
+                verdict(lb_added <= 0.2),
+                reference(haproxy.map_or(String::new(), |h| {
+                    format!("added {:.3} ms", added(&h.p50, &direct.p50))
+                }))
+            ),
+        ));
+        if !lb.single_p50.is_empty() {
+            rows.push(self.row(
+                format!("{what}: short requests p50 on 1 connection (ms)"),
+                |s| PathSamples::ms_cell(&s.single_p50),
+                format!(
+                    "added {:.3} ms{}",
+                    added(&lb.single_p50, &direct.single_p50),
+                    reference(haproxy.map_or(String::new(), |h| {
+                        format!("added {:.3} ms", added(&h.single_p50, &direct.single_p50))
+                    }))
+                ),
+            ));
+        }
+        rows.push(self.row(
             format!("{what}: short requests p99 (ms)"),
-            format!("{:.3}", median(self.direct_p99.clone())),
-            format!("{:.3}", median(self.lb_p99.clone())),
-            format!(
-                "added {:.3} ms",
-                median(self.lb_p99.clone()) - median(self.direct_p99.clone())
-            ),
-        ]);
-        rows.push([
+            |s| PathSamples::ms_cell(&s.p99),
+            format!("added {:.3} ms", added(&lb.p99, &direct.p99)),
+        ));
+        let lb_ratio = ratio(lb);
+        rows.push(self.row(
             format!("{what}: 100 MiB stream (MiB/s)"),
+            |s| PathSamples::rate_cell(&s.mib),
             format!(
-                "{:.0} ({})",
-                median(self.direct_mib.clone()),
-                spread(&self.direct_mib)
+                "{lb_ratio:.0}% of direct (target ≥ 90%: {}){}",
+                verdict(lb_ratio >= 90.0),
+                reference(haproxy.map_or(String::new(), |h| format!("{:.0}%", ratio(h))))
             ),
-            format!(
-                "{:.0} ({})",
-                median(self.lb_mib.clone()),
-                spread(&self.lb_mib)
-            ),
-            format!(
-                "{stream_ratio:.0}% of direct (target ≥ 90%: {})",
-                verdict(stream_ratio >= 90.0)
-            ),
-        ]);
-        rows.push([
-            format!("{what}: balancer CPU per short request / per MiB streamed"),
+        ));
+        rows.push(self.row(
+            format!("{what}: relay CPU per short request (µs) / per MiB streamed (ms)"),
+            |s| {
+                if s.cpu_per_request.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "{:.1} / {:.2}",
+                        median(&s.cpu_per_request),
+                        median(&s.cpu_per_mib)
+                    )
+                }
+            },
             String::new(),
-            format!(
-                "{:.1} µs / {:.2} ms",
-                median(self.lb_cpu_per_request.clone()),
-                median(self.lb_cpu_per_mib.clone())
-            ),
-            String::new(),
-        ]);
+        ));
+        if !lb.cps.is_empty() {
+            rows.push(self.row(
+                format!("{what}: new connections/s ({CONNECT_CLIENTS} clients, one request each)"),
+                |s| PathSamples::rate_cell(&s.cps),
+                format!(
+                    "{:.0}% of direct{}",
+                    100.0 * median(&lb.cps) / median(&direct.cps),
+                    reference(haproxy.map_or(String::new(), |h| format!(
+                        "{:.0}%",
+                        100.0 * median(&h.cps) / median(&direct.cps)
+                    )))
+                ),
+            ));
+        }
     }
 }
 
-fn main() {
-    let out_path = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "bench/LB.md".to_string());
-    let bin = std::env::var("LITEK8S_BIN").expect("set LITEK8S_BIN to the litek8s binary");
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load = load.split_whitespace().next().unwrap_or("?").to_string();
-    println!("litek8s lb benchmark on {cores} cores (load average {load} at the start)");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let mut rows: Vec<[String; 4]> = Vec::new();
+/// Where the client, the balancer and the backend run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Layout {
+    /// All three on all the machine's cores, competing for them.
+    Shared,
+    /// The backend on the upper half of the cores (its own machine); the client and the
+    /// balancer on the lower half, as with `litek8s lb --listen 127.0.0.1:6443` on the
+    /// machine kubectl runs on. Direct, the client half runs only the client.
+    ClientSide,
+    /// The balancer alone on the lower half of the cores (its own machine, as a balancer host
+    /// in front of the cluster); the client and the backend on the upper half, direct and
+    /// via lb alike.
+    Dedicated,
+}
 
-    // --- the real API server behind the balancer
-    let server = support::Server::start(&[]);
+/// CPUs of each party of one layout.
+struct Placement {
+    client: Vec<usize>,
+    balancer: Vec<usize>,
+    backend: Vec<usize>,
+}
+
+impl Layout {
+    fn name(self) -> &'static str {
+        match self {
+            Layout::Shared => "shared",
+            Layout::ClientSide => "client-side",
+            Layout::Dedicated => "dedicated",
+        }
+    }
+
+    fn placement(self, cores: usize) -> Placement {
+        let (lower, upper): (Vec<usize>, Vec<usize>) =
+            ((0..cores / 2).collect(), (cores / 2..cores).collect());
+        match self {
+            Layout::Shared => Placement {
+                client: (0..cores).collect(),
+                balancer: (0..cores).collect(),
+                backend: (0..cores).collect(),
+            },
+            Layout::ClientSide => Placement {
+                client: lower.clone(),
+                balancer: lower,
+                backend: upper,
+            },
+            Layout::Dedicated => Placement {
+                client: upper.clone(),
+                balancer: lower,
+                backend: upper,
+            },
+        }
+    }
+
+    /// The section heading and what the layout stands for, for the report.
+    fn describe(self, cores: usize) -> String {
+        let p = self.placement(cores);
+        match self {
+            Layout::Shared => format!(
+                "## Shared: client, balancer and backend on all {cores} cores\n\n\
+                 The worst case: the balancer's CPU is taken from the same cores the client \
+                 and the backend saturate.\n"
+            ),
+            Layout::ClientSide => format!(
+                "## Client side: client and balancer on CPUs {:?}, the backend on CPUs {:?}\n\n\
+                 `litek8s lb --listen 127.0.0.1:6443` on the machine its client runs on, the \
+                 server on its own machine (here: its own cores; each process started there \
+                 with sched_setaffinity). This benchmark's client saturates its cores by itself \
+                 (direct, it is the bottleneck), so the balancer's CPU is taken from it.\n",
+                p.client, p.backend
+            ),
+            Layout::Dedicated => format!(
+                "## Dedicated: the balancer alone on CPUs {:?}, client and backend on CPUs {:?}\n\n\
+                 A balancer host in front of the cluster: it competes with nobody for CPU, and \
+                 the client and the backend share the same cores direct and via lb alike, so \
+                 the difference is what passing through the balancer costs in throughput and \
+                 latency.\n",
+                p.balancer, p.client
+            ),
+        }
+    }
+}
+
+fn cpu_set(cpus: &[usize]) -> nix::sched::CpuSet {
+    let mut set = nix::sched::CpuSet::new();
+    for &cpu in cpus {
+        set.set(cpu).expect("cpu index within CpuSet");
+    }
+    set
+}
+
+/// Pins the calling thread (threads it starts later inherit the mask).
+fn pin_current_thread(cpus: &[usize]) {
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &cpu_set(cpus))
+        .expect("sched_setaffinity");
+}
+
+/// A multi-thread runtime whose threads run on `cpus`.
+fn runtime_on(cpus: Vec<usize>, name: &str) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name(name)
+        .on_thread_start(move || pin_current_thread(&cpus))
+        .build()
+        .expect("runtime")
+}
+
+/// Runs `spawn` with the calling thread on `cpus` (so the process it starts, and every
+/// thread that process starts, runs there), then puts the thread back on `home`.
+fn spawned_on<T>(cpus: &[usize], home: &[usize], spawn: impl FnOnce() -> T) -> T {
+    pin_current_thread(cpus);
+    let spawned = spawn();
+    pin_current_thread(home);
+    spawned
+}
+
+/// All rounds of one layout: the rows of both backends.
+fn run_layout(
+    programs: &Programs,
+    layout: Layout,
+    cores: usize,
+    rounds: usize,
+) -> Vec<[String; 5]> {
+    let Placement {
+        client: client_cpus,
+        balancer: balancer_cpus,
+        backend: backend_cpus,
+    } = layout.placement(cores);
+    println!(
+        "layout {}: client on CPUs {client_cpus:?}, relay on {balancer_cpus:?}, backend on {backend_cpus:?}",
+        layout.name()
+    );
+    pin_current_thread(&client_cpus);
+    let rt = runtime_on(client_cpus.clone(), "bench-client");
+    let relays = programs.relays();
+    let threads = balancer_cpus.len();
+    let mut rows: Vec<[String; 5]> = Vec::new();
+
+    // --- the real API server behind the relays
+    let server = spawned_on(&backend_cpus, &client_cpus, || support::Server::start(&[]));
     let direct_api = server.api();
     rt.block_on(fill_api(&direct_api));
-    let (lb_api, via_api_addr) = start_lb(&bin, server.addr, false);
-    let lb_api_pid = lb_api.id();
-    let mut via_api = server.api();
-    via_api.addr = via_api_addr;
-    let mut api = Samples::default();
-    for round in 0..ROUNDS {
+    let target = Target {
+        addr: server.addr,
+        tcp_check: false,
+    };
+    let mut via_api = Vec::new();
+    for &relay in &relays {
+        let (process, addr) = spawned_on(&balancer_cpus, &client_cpus, || {
+            programs.start(relay, target, threads)
+        });
+        let mut api = server.api();
+        api.addr = addr;
+        via_api.push((relay, process, api));
+    }
+    let mut api = Samples::new(&relays);
+    for round in 0..rounds {
         rt.block_on(async {
-            let direct = api_short_requests(&direct_api, CONNECTIONS).await;
-            let before = cpu_time(lb_api_pid);
-            let via = api_short_requests(&via_api, CONNECTIONS).await;
-            api.short(direct, via, cpu_time(lb_api_pid) - before);
+            api.direct
+                .short(api_short_requests(&direct_api, CONNECTIONS).await, None);
+            for (relay, process, via) in &via_api {
+                let before = cpu_time(process.id());
+                let measured = api_short_requests(via, CONNECTIONS).await;
+                api.of(*relay)
+                    .short(measured, Some(cpu_time(process.id()) - before));
+            }
             // One connection: the added latency without queueing for a saturated CPU.
-            api.direct_single_p50
+            api.direct
+                .single_p50
                 .push(api_short_requests(&direct_api, 1).await.1.as_secs_f64() * 1e3);
-            api.lb_single_p50
-                .push(api_short_requests(&via_api, 1).await.1.as_secs_f64() * 1e3);
-            let direct = api_stream(&direct_api).await;
-            let before = cpu_time(lb_api_pid);
+            for (relay, _, via) in &via_api {
+                let p50 = api_short_requests(via, 1).await.1;
+                api.of(*relay).single_p50.push(p50.as_secs_f64() * 1e3);
+            }
             let started = Instant::now();
-            let via = api_stream(&via_api).await;
-            let mib = via * started.elapsed().as_secs_f64();
-            api.stream(direct, via, cpu_time(lb_api_pid) - before, mib);
+            let rate = api_stream(&direct_api).await;
+            api.direct
+                .stream(rate, rate * started.elapsed().as_secs_f64(), None);
+            for (relay, process, via) in &via_api {
+                let before = cpu_time(process.id());
+                let started = Instant::now();
+                let rate = api_stream(via).await;
+                let cpu = cpu_time(process.id()) - before;
+                api.of(*relay)
+                    .stream(rate, rate * started.elapsed().as_secs_f64(), Some(cpu));
+            }
         });
         println!(
-            "API server round {round}: short {:.0} vs {:.0} req/s, p50 {:.3} vs {:.3} ms; stream {:.0} vs {:.0} MiB/s",
-            api.direct_rps[round], api.lb_rps[round], api.direct_p50[round], api.lb_p50[round],
-            api.direct_mib[round], api.lb_mib[round]
+            "{} API server round {round}: {}",
+            layout.name(),
+            api.progress(round)
         );
     }
-    drop(lb_api);
+    drop(via_api);
     drop(server);
     api.rows("litek8s apiserver (TLS)", &mut rows);
 
-    // --- the minimal backend: the balancer's cost with nothing to hide it
-    let (short_addr, stream_addr) = rt.block_on(async {
+    // --- the minimal backend: the relay's cost with nothing to hide it
+    let backend_rt = runtime_on(backend_cpus, "bench-backend");
+    let (short_addr, stream_addr) = backend_rt.block_on(async {
         let short = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let stream = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addrs = (
@@ -581,82 +926,163 @@ fn main() {
         addrs
     });
     // The short backend answers every path with 200, /readyz included: the default check.
-    let (lb_short, via_short) = start_lb(&bin, short_addr, false);
     // The stream backend answers every request with 100 MiB: check it with TCP only.
-    let (lb_stream, via_stream) = start_lb(&bin, stream_addr, true);
-    let (short_pid, stream_pid) = (lb_short.id(), lb_stream.id());
-    let mut minimal = Samples::default();
-    let (mut d_cps, mut l_cps) = (vec![], vec![]);
-    for round in 0..ROUNDS {
+    let short_target = Target {
+        addr: short_addr,
+        tcp_check: false,
+    };
+    let stream_target = Target {
+        addr: stream_addr,
+        tcp_check: true,
+    };
+    let mut via_minimal = Vec::new();
+    for &relay in &relays {
+        let (short, stream) = spawned_on(&balancer_cpus, &client_cpus, || {
+            (
+                programs.start(relay, short_target, threads),
+                programs.start(relay, stream_target, threads),
+            )
+        });
+        via_minimal.push((relay, short, stream));
+    }
+    let mut minimal = Samples::new(&relays);
+    for round in 0..rounds {
         rt.block_on(async {
-            let direct = short_requests(short_addr).await;
-            let before = cpu_time(short_pid);
-            let via = short_requests(via_short).await;
-            minimal.short(direct, via, cpu_time(short_pid) - before);
-            let direct = stream(stream_addr).await;
-            let before = cpu_time(stream_pid);
-            let via = stream(via_stream).await;
-            minimal.stream(
-                direct,
-                via,
-                cpu_time(stream_pid) - before,
-                (STREAM_BYTES >> 20) as f64,
-            );
-            d_cps.push(connections(short_addr).await);
-            l_cps.push(connections(via_short).await);
+            minimal.direct.short(short_requests(short_addr).await, None);
+            for (relay, (process, addr), _) in &via_minimal {
+                let before = cpu_time(process.id());
+                let measured = short_requests(*addr).await;
+                minimal
+                    .of(*relay)
+                    .short(measured, Some(cpu_time(process.id()) - before));
+            }
+            let mib = (STREAM_BYTES >> 20) as f64;
+            minimal.direct.stream(stream(stream_addr).await, mib, None);
+            for (relay, _, (process, addr)) in &via_minimal {
+                let before = cpu_time(process.id());
+                let rate = stream(*addr).await;
+                let cpu = cpu_time(process.id()) - before;
+                minimal.of(*relay).stream(rate, mib, Some(cpu));
+            }
+            minimal.direct.cps.push(connections(short_addr).await);
+            for (relay, (_, addr), _) in &via_minimal {
+                let cps = connections(*addr).await;
+                minimal.of(*relay).cps.push(cps);
+            }
         });
         println!(
-            "minimal backend round {round}: short {:.0} vs {:.0} req/s, p50 {:.3} vs {:.3} ms; stream {:.0} vs {:.0} MiB/s; {:.0} vs {:.0} conn/s",
-            minimal.direct_rps[round], minimal.lb_rps[round], minimal.direct_p50[round], minimal.lb_p50[round],
-            minimal.direct_mib[round], minimal.lb_mib[round], d_cps[round], l_cps[round]
+            "{} minimal backend round {round}: {}",
+            layout.name(),
+            minimal.progress(round)
         );
     }
-    drop(lb_short);
-    drop(lb_stream);
+    drop(via_minimal);
+    backend_rt.shutdown_background();
     minimal.rows("minimal backend", &mut rows);
-    rows.push([
-        format!("minimal backend: new connections/s ({CONNECT_CLIENTS} clients, one request each)"),
-        format!("{:.0} ({})", median(d_cps.clone()), spread(&d_cps)),
-        format!("{:.0} ({})", median(l_cps.clone()), spread(&l_cps)),
-        format!(
-            "{:.0}% of direct",
-            100.0 * median(l_cps.clone()) / median(d_cps.clone())
-        ),
-    ]);
+    rt.shutdown_background();
+    rows
+}
 
+fn table(rows: &[[String; 5]]) -> String {
+    let mut md = String::from(
+        "| metric | direct | via litek8s lb | via haproxy (reference) | result (litek8s lb) |\n\
+         |---|---|---|---|---|\n",
+    );
+    for r in rows {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            r[0], r[1], r[2], r[3], r[4]
+        ));
+    }
+    md
+}
+
+fn main() {
+    let out_path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "bench/LB.md".to_string());
+    let programs = Programs {
+        litek8s: std::env::var("LITEK8S_BIN").expect("set LITEK8S_BIN to the litek8s binary"),
+        // `LB_BENCH_HAPROXY=` (empty) leaves the reference out.
+        haproxy: match std::env::var("LB_BENCH_HAPROXY") {
+            Ok(path) if path.is_empty() => None,
+            Ok(path) => Some(path),
+            Err(_) => {
+                Some("/usr/sbin/haproxy".to_string()).filter(|p| std::path::Path::new(p).exists())
+            }
+        },
+    };
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let rounds = std::env::var("LB_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(ROUNDS)
+        .max(1);
+    // `LB_BENCH_LAYOUTS=dedicated` (or a comma-separated subset) runs fewer layouts.
+    let wanted =
+        std::env::var("LB_BENCH_LAYOUTS").unwrap_or_else(|_| "shared,client-side,dedicated".into());
+    let layouts: Vec<Layout> = [Layout::Shared, Layout::ClientSide, Layout::Dedicated]
+        .into_iter()
+        .filter(|l| wanted.split(',').any(|w| w.trim() == l.name()))
+        .filter(|l| *l == Layout::Shared || cores >= 2)
+        .collect();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load = load.split_whitespace().next().unwrap_or("?").to_string();
+    println!("litek8s lb benchmark on {cores} cores (load average {load} at the start)");
+    let results: Vec<(Layout, Vec<[String; 5]>)> = layouts
+        .into_iter()
+        .map(|layout| (layout, run_layout(&programs, layout, cores, rounds)))
+        .collect();
+
+    let haproxy_version = programs.haproxy.as_deref().map_or_else(
+        || "(not installed in this run)".to_string(),
+        |bin| {
+            Command::new(bin)
+                .arg("-v")
+                .output()
+                .ok()
+                .and_then(|o| String::from_utf8(o.stdout).ok())
+                .and_then(|v| v.split_whitespace().nth(2).map(str::to_string))
+                .unwrap_or_default()
+        },
+    );
     let mut md = String::new();
     md.push_str("# Load balancer benchmark (`bench/lb.sh`)\n\n");
     md.push_str(&format!(
         "Machine: {cores} cores, load average {load} when the run started. Direct = client → \
-         backend; via lb = client → release `litek8s lb` (splice relay) → backend, all on \
-         127.0.0.1 and all sharing the {cores} cores. Two backends: the real `litek8s apiserver` \
+         backend; via litek8s lb = client → release `litek8s lb` (splice relay) → backend; via \
+         haproxy = the same through HAProxy {haproxy} in TCP mode with `option splice-auto` and \
+         as many threads as the balancer has (the reference for what an L4 relay costs here), \
+         all on 127.0.0.1. Two backends: the real `litek8s apiserver` \
          (short = GET of a 1 KiB ConfigMap over TLS; stream = lists of {LIST_OBJECTS} ConfigMaps \
          on one connection until 100 MiB have passed), and a minimal in-process HTTP/1.1 server \
          (2-byte answers; one 100 MiB answer) that costs about as little per request as the \
-         balancer itself. {ROUNDS} rounds, direct and via lb alternated; the figure is the \
-         median, the range in parentheses is min–max over the rounds. The balancer's CPU time \
-         comes from /proc/<pid>/stat over the via-lb runs.\n\n"
+         balancer itself. {rounds} rounds per layout, direct and via lb alternated; the figure \
+         is the median, the range in parentheses is min–max over the rounds. A relay's \
+         CPU time comes from /proc/<pid>/stat over its runs.\n\n",
+        haproxy = haproxy_version
     ));
-    md.push_str("| metric | direct | via lb | result |\n|---|---|---|---|\n");
-    for r in &rows {
-        md.push_str(&format!("| {} | {} | {} | {} |\n", r[0], r[1], r[2], r[3]));
+    for (layout, rows) in &results {
+        md.push_str(&layout.describe(cores));
+        md.push('\n');
+        md.push_str(&table(rows));
+        md.push('\n');
     }
     md.push_str(
-        "\n## Reading the numbers\n\n\
+        "## Reading the numbers\n\n\
          A relay on the same machine doubles the TCP hops of every request: client → lb → \
          server instead of client → server. On loopback the kernel runs the receiver's TCP \
-         processing in the sender's context, so those extra hops are CPU taken from the same \
-         cores the client and the server run on. `perf record -g -p <lb pid>` during the \
+         processing in the sender's context, so those extra hops are CPU taken from the cores \
+         the balancer runs on. `perf record -g -p <lb pid>` during the \
          64-connection run puts about 89% of the balancer's samples in the kernel (splice → \
          tcp_sendmsg → loopback transmit and receive) and about 9% in litek8s itself; \
          user-space copying (tokio's copy_bidirectional, the earlier relay) cost the same per \
-         short request. When the server answers a GET in tens of microseconds of CPU, as \
-         litek8s does, the balancer's per-request CPU (the row above) is a large share of the \
-         total and the 64-connection throughput falls by that share; the 1-connection row \
-         shows the latency the relay itself adds when no CPU is being queued for. The 10% and \
-         0.2 ms targets assume the balancer does not share cores with a saturated client and \
-         server; on a 2-core machine running all three they are not met, and this run does \
-         not show what they are on separate machines.\n",
+         short request. In the shared layout the balancer's per-request CPU (the CPU row) is \
+         taken from a saturated client and server, and the 64-connection throughput falls by \
+         that share; the 1-connection row shows the latency the relay itself adds when no CPU \
+         is being queued for.\n",
     );
     println!("{md}");
     std::fs::write(&out_path, &md).expect("write the report");

@@ -12,7 +12,7 @@
 //! - [`discovery`]: learning the membership from `/litek8s/v1/apiservers`.
 //! - [`probe`]: the minimal HTTP/1.1 GET the checks and discovery use.
 //! - [`proxy`]: accepting clients and relaying bytes.
-//! - [`splice`]: the zero-copy relay of one connection.
+//! - [`relay`]: the relay of one connection (copy for short messages, splice for bulk).
 //! - [`persist`]: `servers.json` in the state directory.
 //! - [`status`]: `/metrics`, `/status` and the systemd `STATUS=` line.
 //! - [`run`]: listeners (socket activation or bind), tasks, shutdown.
@@ -23,10 +23,10 @@ pub mod health;
 pub mod persist;
 pub mod probe;
 pub mod proxy;
+pub mod relay;
 pub mod run;
 pub mod servers;
 pub mod settings;
-pub mod splice;
 pub mod state;
 pub mod status;
 

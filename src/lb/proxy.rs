@@ -1,6 +1,6 @@
 //! The data path: accept client connections (bounded by `--max-connections`), connect each
-//! to the best server that takes it, and move bytes both ways untouched (with splice(2),
-//! `lb::splice`, or a user-space copy when no pipe can be made) until either side
+//! to the best server that takes it, and move bytes both ways untouched (`lb::relay`: copied
+//! through a small buffer, spliced once a transfer is bulk) until either side
 //! closes, the server fails (its connections are closed so clients reconnect through a
 //! healthy one), or the balancer stops. A server that refuses the connection is marked
 //! failed at once and the next candidate is tried; a client for whom no server answers is
@@ -18,12 +18,8 @@ use tokio_util::task::TaskTracker;
 
 use super::balancer::Balancer;
 use super::probe;
+use super::relay;
 use super::servers::Candidate;
-use super::splice;
-
-/// Bytes buffered per direction of a connection when copying through user space (tokio's
-/// default is 8 KiB; larger buffers mean fewer syscalls on long streams).
-const COPY_BUFFER: usize = 32 << 10;
 
 /// Tuning of the data path.
 #[derive(Debug, Clone)]
@@ -106,7 +102,7 @@ async fn handle(
             attempt = probe::connect(&candidate.addr, settings.connect_timeout) => attempt,
         };
         match attempt {
-            Ok(server) => return relay(client, server, peer, candidate, kill).await,
+            Ok(server) => return forward(client, server, peer, candidate, kill).await,
             Err(reason) => {
                 balancer.on_connect_failed(&candidate.addr, reason);
                 tried.push(candidate.addr);
@@ -118,9 +114,9 @@ async fn handle(
 }
 
 /// Copies bytes both ways until one side closes, the server fails, or the balancer stops.
-async fn relay(
-    mut client: TcpStream,
-    mut server: TcpStream,
+async fn forward(
+    client: TcpStream,
+    server: TcpStream,
     peer: SocketAddr,
     candidate: Candidate,
     kill: &CancellationToken,
@@ -128,23 +124,7 @@ async fn relay(
     let _ = server.set_nodelay(true);
     let _open = OpenGuard::new(&candidate.counters.open);
     candidate.counters.total.fetch_add(1, Ordering::Relaxed);
-    let copy = async {
-        match splice::Pipes::new() {
-            Ok(pipes) => splice::relay(&client, &server, pipes).await.map(|_| ()),
-            // Out of file descriptors for pipes: copy through user space instead.
-            Err(e) => {
-                tracing::debug!("client {peer}: no pipes for splice ({e}); copying");
-                tokio::io::copy_bidirectional_with_sizes(
-                    &mut client,
-                    &mut server,
-                    COPY_BUFFER,
-                    COPY_BUFFER,
-                )
-                .await
-                .map(|_| ())
-            }
-        }
-    };
+    let copy = relay::relay(&client, &server);
     tokio::select! {
         copied = copy => {
             if let Err(e) = copied {
