@@ -356,7 +356,7 @@ impl Drop for RelayProcess {
 /// The relays measured against direct connections.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Relay {
-    /// The product: release `litek8s lb`, splice relay.
+    /// The product: release `litek8s lb`, copy for short messages, splice for bulk.
     Litek8s,
     /// The reference L4 relay: HAProxy in TCP mode with splice, the same thread count.
     Haproxy,
@@ -1052,7 +1052,7 @@ fn main() {
     md.push_str("# Load balancer benchmark (`bench/lb.sh`)\n\n");
     md.push_str(&format!(
         "Machine: {cores} cores, load average {load} when the run started. Direct = client → \
-         backend; via litek8s lb = client → release `litek8s lb` (splice relay) → backend; via \
+         backend; via litek8s lb = client → release `litek8s lb` (copy for short messages, splice for bulk) → backend; via \
          haproxy = the same through HAProxy {haproxy} in TCP mode with `option splice-auto` and \
          as many threads as the balancer has (the reference for what an L4 relay costs here), \
          all on 127.0.0.1. Two backends: the real `litek8s apiserver` \
@@ -1072,17 +1072,18 @@ fn main() {
     }
     md.push_str(
         "## Reading the numbers\n\n\
-         A relay on the same machine doubles the TCP hops of every request: client → lb → \
-         server instead of client → server. On loopback the kernel runs the receiver's TCP \
-         processing in the sender's context, so those extra hops are CPU taken from the cores \
-         the balancer runs on. `perf record -g -p <lb pid>` during the \
-         64-connection run puts about 89% of the balancer's samples in the kernel (splice → \
-         tcp_sendmsg → loopback transmit and receive) and about 9% in litek8s itself; \
-         user-space copying (tokio's copy_bidirectional, the earlier relay) cost the same per \
-         short request. In the shared layout the balancer's per-request CPU (the CPU row) is \
-         taken from a saturated client and server, and the 64-connection throughput falls by \
-         that share; the 1-connection row shows the latency the relay itself adds when no CPU \
-         is being queued for.\n",
+         A relay doubles the TCP hops of every request: client → relay → server instead of \
+         client → server. On loopback the kernel runs the receiver's TCP processing in the \
+         sender's context, so the extra hops cost CPU on the cores the relay runs on, and a \
+         short request through a relay costs it a few system calls and two TCP sends each \
+         way (the CPU row). The HAProxy column is the reference: the same work through the \
+         most used L4 relay, set up the same way (TCP mode, splice for bulk transfers, as many \
+         threads). Where both lose about the same share, the loss is what the extra hop \
+         costs on this machine, not what litek8s lb's code costs. In the shared and \
+         client-side layouts the relay's CPU is taken from a saturated client or server, and \
+         the 64-connection throughput falls by that share. In the dedicated layout nothing \
+         competes with the relay, but every hop wakes the relay's idle CPU: the 1-connection \
+         row shows what those wake-ups add here.\n",
     );
     println!("{md}");
     std::fs::write(&out_path, &md).expect("write the report");
