@@ -69,7 +69,7 @@ impl Balancer {
         self.servers.lock().active().map(str::to_string)
     }
 
-    pub fn on_check(&self, addr: &str, result: Result<(), String>) {
+    pub fn on_check(&self, addr: &str, result: Result<std::net::SocketAddr, String>) {
         self.servers.lock().on_check(addr, result);
     }
 

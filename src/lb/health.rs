@@ -3,6 +3,7 @@
 //! that checks every known server once per interval and hands each result to the server
 //! list as soon as it arrives (a hung server's timeout does not delay the others).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,9 +34,11 @@ impl CheckMode {
     }
 }
 
-/// A check function: `Ok` when `addr` is ready, else why not. Tests swap in scripted ones.
-pub type CheckFn =
-    Arc<dyn Fn(String) -> futures::future::BoxFuture<'static, Result<(), String>> + Send + Sync>;
+/// A check function: `Ok` with the address it reached (a host name resolved) when `addr` is
+/// ready, else why not.
+pub type CheckFn = Arc<
+    dyn Fn(String) -> futures::future::BoxFuture<'static, Result<SocketAddr, String>> + Send + Sync,
+>;
 
 /// The real check for `mode`, each attempt bounded by `limit`.
 pub fn checker(mode: &CheckMode, limit: Duration) -> Result<CheckFn, String> {
@@ -48,13 +51,16 @@ pub fn checker(mode: &CheckMode, limit: Duration) -> Result<CheckFn, String> {
         let transport = transport.clone();
         Box::pin(async move {
             if tcp_only {
-                return probe::connect(&addr, limit).await.map(drop);
+                let stream = probe::connect(addr.as_str(), limit).await?;
+                return stream
+                    .peer_addr()
+                    .map_err(|e| format!("connected, then: {e}"));
             }
-            let answer = probe::get(&addr, "/readyz", &transport, limit)
+            let (answer, reached) = probe::get_reaching(&addr, "/readyz", &transport, limit)
                 .await
                 .map_err(|e| format!("readyz: {e}"))?;
             match answer.status {
-                200 => Ok(()),
+                200 => Ok(reached),
                 code => Err(format!("readyz answered {code}")),
             }
         })

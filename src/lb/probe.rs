@@ -7,6 +7,7 @@
 //! beyond "this address answers /readyz with 200" and a list of addresses to check, and it
 //! passes client bytes untouched, so the client still verifies the server it reaches.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,6 +66,18 @@ pub async fn get(
     transport: &Transport,
     limit: Duration,
 ) -> Result<Answer, String> {
+    get_reaching(addr, path, transport, limit)
+        .await
+        .map(|(answer, _)| answer)
+}
+
+/// `get`, also returning the address the connection reached (a host name resolved).
+pub async fn get_reaching(
+    addr: &str,
+    path: &str,
+    transport: &Transport,
+    limit: Duration,
+) -> Result<(Answer, SocketAddr), String> {
     match tokio::time::timeout(limit, exchange(addr, path, transport)).await {
         Ok(result) => result,
         Err(_) => Err(format!("no answer in {}ms", limit.as_millis())),
@@ -72,7 +85,10 @@ pub async fn get(
 }
 
 /// Connects to `addr` within `limit`.
-pub async fn connect(addr: &str, limit: Duration) -> Result<TcpStream, String> {
+pub async fn connect(
+    addr: impl tokio::net::ToSocketAddrs,
+    limit: Duration,
+) -> Result<TcpStream, String> {
     match tokio::time::timeout(limit, TcpStream::connect(addr)).await {
         Ok(Ok(stream)) => Ok(stream),
         Ok(Err(e)) => Err(format!("connect: {e}")),
@@ -80,10 +96,17 @@ pub async fn connect(addr: &str, limit: Duration) -> Result<TcpStream, String> {
     }
 }
 
-async fn exchange(addr: &str, path: &str, transport: &Transport) -> Result<Answer, String> {
+async fn exchange(
+    addr: &str,
+    path: &str,
+    transport: &Transport,
+) -> Result<(Answer, SocketAddr), String> {
     let tcp = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
+    let peer = tcp
+        .peer_addr()
+        .map_err(|e| format!("connected, then: {e}"))?;
     let _ = tcp.set_nodelay(true);
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
     let request = format!(
@@ -101,7 +124,7 @@ async fn exchange(addr: &str, path: &str, transport: &Transport) -> Result<Answe
             send(tls, request.as_bytes()).await?
         }
     };
-    parse(&raw)
+    Ok((parse(&raw)?, peer))
 }
 
 async fn send<S: AsyncRead + AsyncWrite + Unpin>(

@@ -1,5 +1,6 @@
 //! The data path: accept client connections (bounded by `--max-connections`), connect each
-//! to the best server that takes it, and move bytes both ways untouched (`lb::relay`: copied
+//! to the best server that takes it (at the address its last passing check reached: no name
+//! lookup per client), and move bytes both ways untouched (`lb::relay`: copied
 //! through a small buffer, spliced once a transfer is bulk) until either side
 //! closes, the server fails (its connections are closed so clients reconnect through a
 //! healthy one), or the balancer stops. A server that refuses the connection is marked
@@ -99,7 +100,7 @@ async fn handle(
     for candidate in balancer.candidates() {
         let attempt = tokio::select! {
             _ = kill.cancelled() => return,
-            attempt = probe::connect(&candidate.addr, settings.connect_timeout) => attempt,
+            attempt = connect(&candidate, settings.connect_timeout) => attempt,
         };
         match attempt {
             Ok(server) => return forward(client, server, peer, candidate, kill).await,
@@ -111,6 +112,15 @@ async fn handle(
     }
     balancer.counters.unserved.fetch_add(1, Ordering::Relaxed);
     tracing::warn!("client {peer}: no server took the connection (tried {tried:?}); closing it");
+}
+
+/// Connects to where the candidate's last passing check connected, else (never checked, or
+/// failed since) to its address as given, resolving a host name.
+async fn connect(candidate: &Candidate, limit: Duration) -> Result<TcpStream, String> {
+    match candidate.reached {
+        Some(reached) => probe::connect(reached, limit).await,
+        None => probe::connect(candidate.addr.as_str(), limit).await,
+    }
 }
 
 /// Copies bytes both ways until one side closes, the server fails, or the balancer stops.
@@ -135,5 +145,80 @@ async fn forward(
             tracing::debug!("client {peer}: closed because {} failed", candidate.addr);
         }
         _ = kill.cancelled() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A balancer in front of `name` only, serving on a fresh port; the backend it may
+    /// reach answers `pong` to `ping`. Returns what a client that sends `ping` reads.
+    async fn ping_through(
+        name: &str,
+        reached: Option<SocketAddr>,
+        backend: TcpListener,
+    ) -> Vec<u8> {
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = backend.accept().await {
+                tokio::spawn(async move {
+                    let mut ping = [0u8; 4];
+                    if conn.read_exact(&mut ping).await.is_ok() {
+                        let _ = conn.write_all(b"pong").await;
+                    }
+                });
+            }
+        });
+        let balancer = Arc::new(Balancer::new(vec![name.to_string()], &[], None));
+        if let Some(reached) = reached {
+            balancer.on_check(name, Ok(reached));
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let front = listener.local_addr().unwrap();
+        let (stop, kill) = (CancellationToken::new(), CancellationToken::new());
+        let settings = ProxySettings {
+            connect_timeout: Duration::from_secs(2),
+            max_connections: 8,
+        };
+        let serving = tokio::spawn(serve(
+            listener,
+            balancer,
+            settings,
+            TaskTracker::new(),
+            stop.clone(),
+            kill.clone(),
+        ));
+        let mut client = TcpStream::connect(front).await.unwrap();
+        client.write_all(b"ping").await.unwrap();
+        let mut answer = Vec::new();
+        let _ =
+            tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer)).await;
+        stop.cancel();
+        kill.cancel();
+        let _ = serving.await;
+        answer
+    }
+
+    #[tokio::test]
+    async fn connections_go_where_the_last_passing_check_connected_without_a_lookup() {
+        // The name cannot resolve (`.invalid` is reserved): only the address the check
+        // reached can serve the client.
+        let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let reached = backend.local_addr().unwrap();
+        let answer = ping_through("server.invalid:6443", Some(reached), backend).await;
+        assert_eq!(answer, b"pong");
+    }
+
+    #[tokio::test]
+    async fn a_server_never_checked_is_connected_by_name() {
+        let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = backend.local_addr().unwrap().port();
+        let answer = ping_through(&format!("127.0.0.1:{port}"), None, backend).await;
+        assert_eq!(answer, b"pong");
+        // And an unresolvable name with no check behind it serves nobody.
+        let backend = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let answer = ping_through("server.invalid:6443", None, backend).await;
+        assert!(answer.is_empty(), "{answer:?}");
     }
 }

@@ -11,6 +11,7 @@
 //! given with `--server` (seeds) after learned ones within each state. When every server is
 //! failing the list is still tried, seeds last: refusing everything helps nobody.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -30,6 +31,9 @@ struct Entry {
     member: bool,
     /// Checks passed in a row since the last failure.
     passes: u32,
+    /// The address the last passing check reached (`addr` resolved, if a host name); cleared
+    /// by a failure, so a last-resort connection resolves the name afresh.
+    reached: Option<SocketAddr>,
     /// Why it is in its state (the reason of the last transition).
     reason: String,
     /// Cancelled when the server fails or leaves: closes every connection to it.
@@ -48,6 +52,9 @@ pub struct ServerCounters {
 #[derive(Debug, Clone)]
 pub struct Candidate {
     pub addr: String,
+    /// Where the last passing check connected: new connections go there without a name
+    /// lookup of their own (one lookup per check interval, none per client).
+    pub reached: Option<SocketAddr>,
     pub state: ServerState,
     /// Cancelled when this server fails or leaves: the connection must then close.
     pub closed: CancellationToken,
@@ -92,6 +99,7 @@ impl ServerSet {
             seed,
             member,
             passes: 0,
+            reached: None,
             reason: reason.to_string(),
             closed: CancellationToken::new(),
             counters: Arc::default(),
@@ -144,6 +152,7 @@ impl ServerSet {
                 let e = &self.entries[i];
                 Candidate {
                     addr: e.addr.clone(),
+                    reached: e.reached,
                     state: e.state,
                     closed: e.closed.clone(),
                     counters: e.counters.clone(),
@@ -169,13 +178,14 @@ impl ServerSet {
     }
 
     /// A health check result for `addr` (`Err` carries why it failed).
-    pub fn on_check(&mut self, addr: &str, result: Result<(), String>) {
+    pub fn on_check(&mut self, addr: &str, result: Result<SocketAddr, String>) {
         let Some(i) = self.find(addr) else {
             return; // removed while its check ran
         };
         match result {
-            Ok(()) => {
+            Ok(reached) => {
                 let e = &mut self.entries[i];
+                e.reached = Some(reached);
                 e.passes = e.passes.saturating_add(1);
                 let next = match e.state {
                     ServerState::Unknown => Some(ServerState::Healthy),
@@ -191,6 +201,7 @@ impl ServerSet {
             }
             Err(reason) => {
                 self.entries[i].passes = 0;
+                self.entries[i].reached = None;
                 self.transition(i, ServerState::Failed, reason);
             }
         }
@@ -201,6 +212,7 @@ impl ServerSet {
     pub fn on_connect_failed(&mut self, addr: &str, reason: String) {
         if let Some(i) = self.find(addr) {
             self.entries[i].passes = 0;
+            self.entries[i].reached = None;
             self.transition(i, ServerState::Failed, reason);
             self.promote_if_none_active();
         }
@@ -297,6 +309,11 @@ impl ServerSet {
 mod tests {
     use super::*;
 
+    /// What a passing check reports having reached.
+    fn passed() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 6443))
+    }
+
     fn addrs(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
     }
@@ -313,9 +330,9 @@ mod tests {
     fn first_healthy_server_becomes_active_and_stays() {
         let mut set = ServerSet::new(&addrs(&["a:1", "b:1"]));
         assert_eq!(set.active(), None);
-        set.on_check("b:1", Ok(()));
+        set.on_check("b:1", Ok(passed()));
         assert_eq!(set.active(), Some("b:1"));
-        set.on_check("a:1", Ok(()));
+        set.on_check("a:1", Ok(passed()));
         // Sticky: a healthy server does not take over from a passing active one.
         assert_eq!(set.active(), Some("b:1"));
         assert_eq!(order(&set), addrs(&["b:1", "a:1"]));
@@ -325,7 +342,7 @@ mod tests {
     fn active_failure_promotes_next_and_closes_its_connections() {
         let mut set = ServerSet::new(&addrs(&["a:1", "b:1", "c:1"]));
         for a in ["a:1", "b:1", "c:1"] {
-            set.on_check(a, Ok(()));
+            set.on_check(a, Ok(passed()));
         }
         let old = set.candidates()[0].clone();
         assert_eq!(old.addr, "a:1");
@@ -336,9 +353,9 @@ mod tests {
         );
         assert_eq!(set.active(), Some("b:1"));
         // Back, but it must pass twice before it is healthy, and never steals activity.
-        set.on_check("a:1", Ok(()));
+        set.on_check("a:1", Ok(passed()));
         assert_eq!(states(&set)[0].1, "recovering");
-        set.on_check("a:1", Ok(()));
+        set.on_check("a:1", Ok(passed()));
         assert_eq!(states(&set)[0].1, "healthy");
         assert_eq!(set.active(), Some("b:1"));
         // The new token of a recovered server is live.
@@ -348,11 +365,11 @@ mod tests {
     #[test]
     fn a_failure_in_between_restarts_recovery() {
         let mut set = ServerSet::new(&addrs(&["a:1", "b:1"]));
-        set.on_check("b:1", Ok(()));
+        set.on_check("b:1", Ok(passed()));
         set.on_check("a:1", Err("x".into()));
-        set.on_check("a:1", Ok(()));
+        set.on_check("a:1", Ok(passed()));
         set.on_check("a:1", Err("y".into()));
-        set.on_check("a:1", Ok(()));
+        set.on_check("a:1", Ok(passed()));
         assert_eq!(states(&set)[0].1, "recovering");
         assert_eq!(set.view()[0].reason, "readyz passed");
     }
@@ -360,13 +377,13 @@ mod tests {
     #[test]
     fn without_a_healthy_server_a_recovering_one_takes_over() {
         let mut set = ServerSet::new(&addrs(&["a:1", "b:1"]));
-        set.on_check("a:1", Ok(()));
-        set.on_check("b:1", Ok(()));
+        set.on_check("a:1", Ok(passed()));
+        set.on_check("b:1", Ok(passed()));
         // The leader dies; the other one is not ready until it elects a new leader.
         set.on_check("b:1", Err("readyz answered 503".into()));
         set.on_check("a:1", Err("connect: refused".into()));
         assert_eq!(set.active(), None);
-        set.on_check("b:1", Ok(()));
+        set.on_check("b:1", Ok(passed()));
         assert_eq!(set.active(), Some("b:1"));
     }
 
@@ -389,7 +406,7 @@ mod tests {
         let mut set = ServerSet::new(&addrs(&["seed:1"]));
         assert!(set.on_members(&addrs(&["seed:1", "m2:1"])));
         assert!(!set.on_members(&addrs(&["seed:1", "m2:1"])));
-        set.on_check("m2:1", Ok(()));
+        set.on_check("m2:1", Ok(passed()));
         let m2 = set.candidates()[0].clone();
         assert_eq!(m2.addr, "m2:1");
         assert!(set.on_members(&addrs(&["m3:1"])));
@@ -409,10 +426,36 @@ mod tests {
         set.add_remembered(&addrs(&["m2:1", "seed:1"]));
         assert_eq!(order(&set), addrs(&["m2:1", "seed:1"]));
         assert_eq!(set.members(), addrs(&["seed:1", "m2:1"]));
-        set.on_check("m2:1", Ok(()));
+        set.on_check("m2:1", Ok(passed()));
         assert_eq!(set.active(), Some("m2:1"));
         set.on_connect_failed("m2:1", "connect: refused".into());
         assert_eq!(set.active(), None);
         assert_eq!(states(&set)[1], ("m2:1".to_string(), "failed"));
+    }
+
+    #[test]
+    fn candidates_carry_where_the_last_passing_check_connected_until_a_failure() {
+        let mut set = ServerSet::new(&addrs(&["cp1.example:6443"]));
+        assert_eq!(
+            set.candidates()[0].reached,
+            None,
+            "never checked: resolve the name"
+        );
+        let resolved = SocketAddr::from(([192, 0, 2, 7], 6443));
+        set.on_check("cp1.example:6443", Ok(resolved));
+        assert_eq!(set.candidates()[0].reached, Some(resolved));
+        set.on_check("cp1.example:6443", Err("readyz answered 503".into()));
+        assert_eq!(
+            set.candidates()[0].reached,
+            None,
+            "a failed check forgets it"
+        );
+        set.on_check("cp1.example:6443", Ok(resolved));
+        set.on_connect_failed("cp1.example:6443", "connect: refused".into());
+        assert_eq!(
+            set.candidates()[0].reached,
+            None,
+            "so does a failed connection"
+        );
     }
 }
