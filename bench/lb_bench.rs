@@ -632,8 +632,10 @@ impl Samples {
         let loss = |s: &PathSamples| 100.0 * (1.0 - median(&s.rps) / median(&direct.rps));
         let added = |a: &[f64], b: &[f64]| median(a) - median(b);
         let ratio = |s: &PathSamples| 100.0 * median(&s.mib) / median(&direct.mib);
-        let reference =
-            |text: String| haproxy.map_or(String::new(), |_| format!("; haproxy: {text}"));
+        // "; haproxy: <what `text` says of its samples>", when HAProxy was measured.
+        let reference = |text: &dyn Fn(&PathSamples) -> String| {
+            haproxy.map_or(String::new(), |h| format!("; haproxy: {}", text(h)))
+        };
         let lb_loss = loss(lb);
         rows.push(self.row(
             format!("{what}: short requests, {CONNECTIONS} keep-alive connections (req/s)"),
@@ -641,7 +643,7 @@ impl Samples {
             format!(
                 "loss {lb_loss:.1}% (target ≤ 10%: {}){}",
                 verdict(lb_loss <= 10.0),
-                reference(haproxy.map_or(String::new(), |h| format!("loss {:.1}%", loss(h))))
+                reference(&|h| format!("loss {:.1}%", loss(h)))
             ),
         ));
         let lb_added = added(&lb.p50, &direct.p50);
@@ -651,9 +653,7 @@ impl Samples {
             format!(
                 "added {lb_added:.3} ms (target ≤ 0.2 ms: {}){}",
                 verdict(lb_added <= 0.2),
-                reference(haproxy.map_or(String::new(), |h| {
-                    format!("added {:.3} ms", added(&h.p50, &direct.p50))
-                }))
+                reference(&|h| format!("added {:.3} ms", added(&h.p50, &direct.p50)))
             ),
         ));
         if !lb.single_p50.is_empty() {
@@ -663,9 +663,9 @@ impl Samples {
                 format!(
                     "added {:.3} ms{}",
                     added(&lb.single_p50, &direct.single_p50),
-                    reference(haproxy.map_or(String::new(), |h| {
+                    reference(&|h| {
                         format!("added {:.3} ms", added(&h.single_p50, &direct.single_p50))
-                    }))
+                    })
                 ),
             ));
         }
@@ -681,7 +681,7 @@ impl Samples {
             format!(
                 "{lb_ratio:.0}% of direct (target ≥ 90%: {}){}",
                 verdict(lb_ratio >= 90.0),
-                reference(haproxy.map_or(String::new(), |h| format!("{:.0}%", ratio(h))))
+                reference(&|h| format!("{:.0}%", ratio(h)))
             ),
         ));
         rows.push(self.row(
@@ -706,10 +706,7 @@ impl Samples {
                 format!(
                     "{:.0}% of direct{}",
                     100.0 * median(&lb.cps) / median(&direct.cps),
-                    reference(haproxy.map_or(String::new(), |h| format!(
-                        "{:.0}%",
-                        100.0 * median(&h.cps) / median(&direct.cps)
-                    )))
+                    reference(&|h| format!("{:.0}%", 100.0 * median(&h.cps) / median(&direct.cps)))
                 ),
             ));
         }

@@ -95,16 +95,19 @@ fn to_io(e: Errno) -> io::Error {
     io::Error::from_raw_os_error(e as i32)
 }
 
-/// Runs `op` (a read or splice out of `from` asking for `asked` bytes) when `from` is ready.
-/// `Ok(n)` with `n` below `asked` is a drained socket: the readiness is cleared so the next
-/// call waits for new data. `Ok(0)` is end of stream.
-fn read_ready(
-    from: &TcpStream,
+/// Runs `op` (a read, write or splice of up to `asked` bytes) once `stream` is ready for
+/// `interest`. A result above zero and below `asked` means the socket is drained (reading) or
+/// its send buffer is full (writing): the readiness is then cleared, so the next call waits
+/// for an event instead of paying an EAGAIN first. `Ok(0)` is passed through (end of stream
+/// for a read; the write callers refuse it).
+fn when_ready(
+    stream: &TcpStream,
+    interest: Interest,
     asked: usize,
     mut op: impl FnMut() -> nix::Result<usize>,
 ) -> io::Result<usize> {
     let mut short = None;
-    match from.try_io(Interest::READABLE, || match op() {
+    match stream.try_io(interest, || match op() {
         Ok(n) if n > 0 && n < asked => {
             short = Some(n);
             Err(io::ErrorKind::WouldBlock.into())
@@ -116,26 +119,13 @@ fn read_ready(
     }
 }
 
-/// Likewise for a write or splice into `to` of `asked` bytes: a short one means a full send
-/// buffer, and the readiness is cleared.
-fn write_ready(
-    to: &TcpStream,
-    asked: usize,
-    mut op: impl FnMut() -> nix::Result<usize>,
-) -> io::Result<usize> {
-    let mut short = None;
-    match to.try_io(Interest::WRITABLE, || match op() {
-        Ok(n) if n > 0 && n < asked => {
-            short = Some(n);
-            Err(io::ErrorKind::WouldBlock.into())
-        }
+/// A write that took no bytes of a non-empty buffer would repeat forever: an error instead.
+fn took_some(written: io::Result<usize>) -> io::Result<usize> {
+    match written {
         Ok(0) => Err(io::Error::new(
             io::ErrorKind::WriteZero,
             "the socket took no bytes",
         )),
-        other => other.map_err(to_io),
-    }) {
-        Err(_) if short.is_some() => Ok(short.unwrap_or_default()),
         other => other,
     }
 }
@@ -162,7 +152,7 @@ enum Copied {
 /// rest in `pending`. Synchronous, so the buffer never lives in the task's future.
 fn copy_once(from: &TcpStream, to: &TcpStream, pending: &mut Vec<u8>) -> io::Result<Copied> {
     let mut buf = [0u8; COPY_CHUNK];
-    let bytes = read_ready(from, buf.len(), || {
+    let bytes = when_ready(from, Interest::READABLE, buf.len(), || {
         recv(from.as_raw_fd(), &mut buf, MsgFlags::empty())
     })?;
     if bytes == 0 {
@@ -170,13 +160,7 @@ fn copy_once(from: &TcpStream, to: &TcpStream, pending: &mut Vec<u8>) -> io::Res
     }
     let mut written = 0;
     while written < bytes {
-        match to.try_write(&buf[written..bytes]) {
-            Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    "the socket took no bytes",
-                ))
-            }
+        match took_some(to.try_write(&buf[written..bytes])) {
             Ok(n) => written += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 pending.extend_from_slice(&buf[written..bytes]);
@@ -211,9 +195,9 @@ async fn pump(from: &TcpStream, to: &TcpStream, switch: Switch) -> io::Result<Mo
                 };
                 while !pending.is_empty() {
                     to.writable().await?;
-                    match write_ready(to, pending.len(), || {
+                    match took_some(when_ready(to, Interest::WRITABLE, pending.len(), || {
                         nix::sys::socket::send(to.as_raw_fd(), &pending, MsgFlags::empty())
-                    }) {
+                    })) {
                         Ok(n) => drop(pending.drain(..n)),
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                         Err(e) => return Err(e),
@@ -230,7 +214,7 @@ async fn pump(from: &TcpStream, to: &TcpStream, switch: Switch) -> io::Result<Mo
                 }
             }
             Path::Splice(pipe) => {
-                let filled = match read_ready(from, pipe.capacity, || {
+                let filled = match when_ready(from, Interest::READABLE, pipe.capacity, || {
                     splice(
                         from.as_fd(),
                         None,
@@ -248,7 +232,7 @@ async fn pump(from: &TcpStream, to: &TcpStream, switch: Switch) -> io::Result<Mo
                 let mut left = filled;
                 while left > 0 {
                     to.writable().await?;
-                    match write_ready(to, left, || {
+                    match took_some(when_ready(to, Interest::WRITABLE, left, || {
                         splice(
                             pipe.read.as_fd(),
                             None,
@@ -257,7 +241,7 @@ async fn pump(from: &TcpStream, to: &TcpStream, switch: Switch) -> io::Result<Mo
                             left,
                             splice_flags(),
                         )
-                    }) {
+                    })) {
                         Ok(n) => {
                             left -= n;
                             moved.bytes += n as u64;
