@@ -1,5 +1,5 @@
 //! Relaying one connection both ways, bytes untouched. Each direction starts by copying
-//! through a 16 KiB buffer on the stack, which for the short messages of API requests, answers
+//! through a 16 KiB buffer (one per thread, reused by every connection), which for the short messages of API requests, answers
 //! and watch events costs the same two system calls as splice without making pipes. A read
 //! that fills the buffer means a bulk transfer (a large list, an image, a log): that direction
 //! then switches to splice(2) through its own pipe, socket → pipe → socket, so the payload
@@ -20,7 +20,15 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 /// Bytes one read moves while a direction copies; a read that fills it switches to splice.
-pub const COPY_CHUNK: usize = 16 << 10;
+const COPY_CHUNK: usize = 16 << 10;
+
+thread_local! {
+    /// The copy buffer of this thread: `copy_once` holds it only between two system calls,
+    /// never across an await, so connections share it instead of each holding (and zeroing)
+    /// their own.
+    static COPY_BUFFER: std::cell::RefCell<Box<[u8]>> =
+        std::cell::RefCell::new(vec![0u8; COPY_CHUNK].into_boxed_slice());
+}
 
 /// Pipe capacity asked for per spliced direction (the kernel default is 64 KiB; a larger pipe
 /// means fewer splices on long streams). Refusals (a lowered `pipe-max-size`) keep the default.
@@ -49,13 +57,13 @@ impl Pipe {
 
 /// How one direction moves its bytes.
 enum Path {
-    /// Through a buffer on the stack (the start of every direction).
+    /// Through the thread's copy buffer (the start of every direction).
     Copy,
     /// Through a pipe, never entering user space (after a read filled the buffer).
     Splice(Pipe),
 }
 
-/// What one direction moved, for the counters and the tests.
+/// What one direction moved (the tests check it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Moved {
     pub bytes: u64,
@@ -148,30 +156,34 @@ enum Copied {
     Bytes { bytes: usize, filled: bool },
 }
 
-/// Reads once into a buffer on the stack and writes what it can of it at once, keeping the
-/// rest in `pending`. Synchronous, so the buffer never lives in the task's future.
+/// Reads once into the thread's copy buffer and writes what it can of it at once, keeping the
+/// rest in `pending`.
 fn copy_once(from: &TcpStream, to: &TcpStream, pending: &mut Vec<u8>) -> io::Result<Copied> {
-    let mut buf = [0u8; COPY_CHUNK];
-    let bytes = when_ready(from, Interest::READABLE, buf.len(), || {
-        recv(from.as_raw_fd(), &mut buf, MsgFlags::empty())
-    })?;
-    if bytes == 0 {
-        return Ok(Copied::End);
-    }
-    let mut written = 0;
-    while written < bytes {
-        match took_some(to.try_write(&buf[written..bytes])) {
-            Ok(n) => written += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                pending.extend_from_slice(&buf[written..bytes]);
-                break;
-            }
-            Err(e) => return Err(e),
+    COPY_BUFFER.with(|buffer| {
+        let mut buffer = buffer.borrow_mut();
+        let buf = &mut buffer[..];
+        let asked = buf.len();
+        let bytes = when_ready(from, Interest::READABLE, asked, || {
+            recv(from.as_raw_fd(), buf, MsgFlags::empty())
+        })?;
+        if bytes == 0 {
+            return Ok(Copied::End);
         }
-    }
-    Ok(Copied::Bytes {
-        bytes,
-        filled: bytes == COPY_CHUNK,
+        let mut written = 0;
+        while written < bytes {
+            match took_some(to.try_write(&buf[written..bytes])) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    pending.extend_from_slice(&buf[written..bytes]);
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Copied::Bytes {
+            bytes,
+            filled: bytes == asked,
+        })
     })
 }
 
