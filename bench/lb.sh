@@ -2,7 +2,8 @@
 # Load balancer benchmark: builds the release binary and bench/lb_bench.rs, runs the same work
 # directly and through `litek8s lb` on 127.0.0.1, prints the table (with the machine's core
 # count) and writes it to bench/LB.md. HAProxy, the reference relay measured next to litek8s lb,
-# is installed when missing (root with apt-get; else its column stays empty). Three CPU layouts,
+# is installed when missing (root with apt-get; else its column stays empty; Debian's packaged
+# configuration has no frontend, so its enabled service listens on nothing). Three CPU layouts,
 # three rounds each: about 8 minutes on 2 cores.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
