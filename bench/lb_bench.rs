@@ -397,9 +397,16 @@ impl Programs {
 
     /// Starts `relay` for `target` with `threads` threads; returns once it forwards.
     fn start(&self, relay: Relay, target: Target, threads: usize) -> (RelayProcess, SocketAddr) {
-        match (relay, &self.haproxy) {
-            (Relay::Haproxy, Some(haproxy)) => start_haproxy(haproxy, target, threads),
-            _ => start_lb(&self.litek8s, target, threads),
+        match relay {
+            Relay::Litek8s => start_lb(&self.litek8s, target, threads),
+            Relay::Haproxy => {
+                let haproxy = self.haproxy.as_deref();
+                start_haproxy(
+                    haproxy.expect("haproxy is listed only when installed"),
+                    target,
+                    threads,
+                )
+            }
         }
     }
 }
@@ -525,13 +532,16 @@ impl PathSamples {
         }
     }
 
-    /// One stream of `mib` MiB at `rate` MiB/s; `cpu` is the relay's CPU time over it.
-    fn stream(&mut self, rate: f64, mib: f64, cpu: Option<Duration>) {
+    /// One stream at `rate` MiB/s.
+    fn stream(&mut self, rate: f64) {
         self.mib.push(rate);
-        if let Some(cpu) = cpu {
-            self.cpu_per_mib
-                .push(cpu.as_secs_f64() * 1e3 / mib.max(1e-9));
-        }
+    }
+
+    /// One stream through a relay: `mib` MiB at `rate` MiB/s, and the relay's CPU time over it.
+    fn relayed_stream(&mut self, rate: f64, mib: f64, cpu: Duration) {
+        self.stream(rate);
+        self.cpu_per_mib
+            .push(cpu.as_secs_f64() * 1e3 / mib.max(1e-9));
     }
 
     fn rate_cell(v: &[f64]) -> String {
@@ -886,17 +896,14 @@ fn run_layout(
                 let p50 = api_short_requests(via, 1).await.1;
                 api.of(*relay).single_p50.push(p50.as_secs_f64() * 1e3);
             }
-            let started = Instant::now();
-            let rate = api_stream(&direct_api).await;
-            api.direct
-                .stream(rate, rate * started.elapsed().as_secs_f64(), None);
+            api.direct.stream(api_stream(&direct_api).await);
             for (relay, process, via) in &via_api {
                 let before = cpu_time(process.id());
                 let started = Instant::now();
                 let rate = api_stream(via).await;
                 let cpu = cpu_time(process.id()) - before;
                 api.of(*relay)
-                    .stream(rate, rate * started.elapsed().as_secs_f64(), Some(cpu));
+                    .relayed_stream(rate, rate * started.elapsed().as_secs_f64(), cpu);
             }
         });
         println!(
@@ -954,12 +961,12 @@ fn run_layout(
                     .short(measured, Some(cpu_time(process.id()) - before));
             }
             let mib = (STREAM_BYTES >> 20) as f64;
-            minimal.direct.stream(stream(stream_addr).await, mib, None);
+            minimal.direct.stream(stream(stream_addr).await);
             for (relay, _, (process, addr)) in &via_minimal {
                 let before = cpu_time(process.id());
                 let rate = stream(*addr).await;
                 let cpu = cpu_time(process.id()) - before;
-                minimal.of(*relay).stream(rate, mib, Some(cpu));
+                minimal.of(*relay).relayed_stream(rate, mib, cpu);
             }
             minimal.direct.cps.push(connections(short_addr).await);
             for (relay, (_, addr), _) in &via_minimal {

@@ -76,8 +76,7 @@ pub struct Moved {
 enum Switch {
     /// After a read that filled the buffer.
     WhenFilled,
-    /// Never (the path taken when no pipe can be made; the tests force it).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// Never: a direction whose pipe could not be made keeps copying (the tests also force it).
     Never,
 }
 
@@ -188,7 +187,7 @@ fn copy_once(from: &TcpStream, to: &TcpStream, pending: &mut Vec<u8>) -> io::Res
 }
 
 /// Moves everything `from` sends into `to`, then shuts down `to`'s write half.
-async fn pump(from: &TcpStream, to: &TcpStream, switch: Switch) -> io::Result<Moved> {
+async fn pump(from: &TcpStream, to: &TcpStream, mut switch: Switch) -> io::Result<Moved> {
     let mut moved = Moved::default();
     let mut path = Path::Copy;
     let mut pending = Vec::new();
@@ -221,7 +220,12 @@ async fn pump(from: &TcpStream, to: &TcpStream, switch: Switch) -> io::Result<Mo
                             path = Path::Splice(pipe);
                             moved.spliced = true;
                         }
-                        Err(e) => tracing::debug!("no pipe for splice ({e}); copying"),
+                        // Out of descriptors: copy the rest of this direction rather than
+                        // ask again (and fail again) at every full read.
+                        Err(e) => {
+                            tracing::debug!("no pipe for splice ({e}); copying");
+                            switch = Switch::Never;
+                        }
                     }
                 }
             }
