@@ -174,6 +174,23 @@ impl ClusterNode {
         self.raft.metrics().borrow().clone()
     }
 
+    /// The index a linearizable read must have applied, as this member (the leader) gives it
+    /// to its own reads and to its followers' (SPEC H5): openraft's read index after a
+    /// heartbeat round, raised to `startup_last_log`, which openraft's does not cover when it
+    /// restored this process as leader with a lagging commit index.
+    pub async fn leader_read_index(
+        &self,
+    ) -> Result<
+        Option<u64>,
+        openraft::error::RaftError<
+            NodeId,
+            openraft::error::CheckIsLeaderError<NodeId, openraft::BasicNode>,
+        >,
+    > {
+        let (read, _applied) = self.raft.get_read_log_id().await?;
+        Ok(read.map(|l| l.index).max(self.startup_last_log))
+    }
+
     /// Who leads, from the latest metrics.
     pub fn leadership(&self) -> Leadership {
         let metrics = self.metrics();

@@ -73,10 +73,8 @@ async fn round(node: &ClusterNode) -> Result<(), BarrierError> {
         let leadership = node.wait_for_leader(remaining).await;
         let attempt = match &leadership {
             Leadership::Unknown => return Err(timeout()),
-            Leadership::Me => match node.raft.get_read_log_id().await {
-                // A leader restored at startup may hold acknowledged entries above its
-                // recovered commit index: wait for those too.
-                Ok((read, _applied)) => Some(read.map(|l| l.index).max(node.startup_last_log)),
+            Leadership::Me => match node.leader_read_index().await {
+                Ok(index) => Some(index),
                 Err(e) if e.forward_to_leader().is_some() => None,
                 Err(e) => return Err(BarrierError::Unavailable(e.to_string())),
             },

@@ -280,8 +280,8 @@ async fn read_index(node: &ClusterNode) -> ReadIndexReply {
     if node.leadership() != Leadership::Me {
         return ReadIndexReply::NotLeader;
     }
-    match node.raft.get_read_log_id().await {
-        Ok((read_log_id, _applied)) => ReadIndexReply::Index(read_log_id.map(|l| l.index)),
+    match node.leader_read_index().await {
+        Ok(index) => ReadIndexReply::Index(index),
         Err(e) => match e.forward_to_leader() {
             Some(_) => ReadIndexReply::NotLeader,
             None => ReadIndexReply::Failed(e.to_string()),
