@@ -133,3 +133,80 @@ async fn three_members_survive_a_leader_kill() {
 async fn five_members_survive_a_leader_kill() {
     kill_leader_during_writes(5).await;
 }
+
+/// Creates ConfigMap `name` through `api`, retrying refusals and timeouts for up to 30 s.
+async fn create_until_acknowledged(api: &support::Api, name: &str) {
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name}, "data": {"n": name}});
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match api
+            .post_json("/api/v1/namespaces/default/configmaps", &body)
+            .await
+        {
+            Ok(resp) if resp.status == 201 => return,
+            // A retry of a create that did apply.
+            Ok(resp) if resp.status == 409 => return,
+            other => {
+                let what = other.map(|r| format!("{} {}", r.status, r.text()));
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "create {name} never acknowledged: {what:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// openraft 0.9.25's core waits for the leader's own log flush before it sends an entry to
+/// any follower (`RaftCore::append_to_log`, then `Command::Replicate`). That is what makes its
+/// restart of a killed leader as leader of the same term safe: nothing a follower holds, so
+/// nothing acknowledged, can be missing from the restarted leader's log. The write-delay
+/// failpoint stalls the leader's log writes; a create through it must not be acknowledged
+/// while they stall. Killed then and restarted at once (as leader again), it must converge
+/// with the others and take writes through every member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_acknowledges_nothing_its_stalled_log_has_not_written() {
+    let mut cluster = Cluster::start_with_log_delay_control(3);
+    let leader = cluster.wait_leader().await;
+    create_until_acknowledged(&cluster.api(leader), "before-the-stall").await;
+
+    cluster.delay_log_writes(leader, Some(Duration::from_secs(30)));
+    let api = cluster.api(leader);
+    let pending = tokio::spawn(async move {
+        api.post_json(
+            "/api/v1/namespaces/default/configmaps",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "during-the-stall"}}),
+        )
+        .await
+    });
+    // An unstalled commit takes milliseconds on loopback.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !pending.is_finished(),
+        "a write was answered while the leader's own log could not write it: {:?}",
+        pending.await
+    );
+    cluster.kill(leader);
+    cluster.delay_log_writes(leader, None);
+    let _ = pending.await;
+    cluster.restart(leader);
+
+    let mut expected = vec!["default/before-the-stall".to_string()];
+    for i in 0..3 {
+        for n in 0..3 {
+            let name = format!("after-restart-{i}-{n}");
+            create_until_acknowledged(&cluster.api(i), &name).await;
+            expected.push(format!("default/{name}"));
+        }
+    }
+    let (_, items) = cluster.converged().await;
+    for key in &expected {
+        assert!(
+            items.iter().any(|(k, _)| k == key),
+            "{key} missing from the converged members"
+        );
+    }
+}

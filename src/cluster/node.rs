@@ -16,10 +16,27 @@ use super::timers::Timers;
 use super::token::ClusterSecret;
 use crate::kube::store::Store;
 use crate::raft::batcher::{BatchLimits, Batcher, ProposeError};
-use crate::raft::log::{LogConfig, LogStore};
+use crate::raft::log::{DelayedIo, LogConfig, LogStore};
 use crate::raft::state_machine::StateMachine;
 use crate::raft::types::{Applied, NodeId, Proposal, TypeConfig};
 use crate::server::ServerError;
+
+/// The log engine's settings: the defaults, with the write-delay failpoint when
+/// `LITEK8S_FAILPOINT_LOG_WRITE_DELAY_FILE` names a control file (`raft::log::DelayedIo`, for
+/// the test of a leader whose disk stalls). Unset in production.
+fn log_config() -> LogConfig {
+    let mut config = LogConfig::default();
+    if let Some(control) = std::env::var_os("LITEK8S_FAILPOINT_LOG_WRITE_DELAY_FILE") {
+        tracing::warn!(
+            "failpoint: Raft log writes wait while {} exists",
+            std::path::Path::new(&control).display()
+        );
+        config.io = Arc::new(DelayedIo {
+            control: control.into(),
+        });
+    }
+    config
+}
 
 /// Who leads, as this member sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +130,7 @@ impl ClusterNode {
             config.store.clone(),
         );
         let (log, state_machine) = tokio::task::spawn_blocking(move || {
-            let log = LogStore::open(&log_dir, LogConfig::default())
+            let log = LogStore::open(&log_dir, log_config())
                 .map_err(|e| ServerError::Cluster(format!("{}: {e}", log_dir.display())))?;
             let sm = StateMachine::open(&snapshot_dir, store)
                 .map_err(|e| ServerError::Cluster(format!("{}: {e}", snapshot_dir.display())))?;

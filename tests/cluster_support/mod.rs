@@ -78,6 +78,8 @@ pub struct Cluster {
     _tmp: tempfile::TempDir,
     pub members: Vec<Member>,
     pub heartbeat_ms: u64,
+    /// Members run with the log write-delay failpoint ([`Cluster::delay_log_writes`]).
+    log_delay_control: bool,
 }
 
 impl Drop for Cluster {
@@ -115,11 +117,42 @@ impl Cluster {
             _tmp: tmp,
             members: Vec::new(),
             heartbeat_ms,
+            log_delay_control: false,
         };
         for i in 0..n {
             cluster.add_member_at(place(i));
         }
         cluster
+    }
+
+    /// Like [`Cluster::start`], every member able to have its Raft log writes delayed
+    /// ([`Cluster::delay_log_writes`]).
+    pub fn start_with_log_delay_control(n: usize) -> Cluster {
+        let mut cluster = Cluster::start_with(0, 100);
+        cluster.log_delay_control = true;
+        for _ in 0..n {
+            cluster.add_member();
+        }
+        cluster
+    }
+
+    fn log_delay_path(&self, i: usize) -> PathBuf {
+        self.root()
+            .join(format!("{}.log-write-delay-ms", self.members[i].name))
+    }
+
+    /// From now on every Raft log write of member `i` waits `delay` first (`None`: no
+    /// longer). Only for a cluster from [`Cluster::start_with_log_delay_control`].
+    pub fn delay_log_writes(&self, i: usize, delay: Option<Duration>) {
+        assert!(
+            self.log_delay_control,
+            "started without the log delay failpoint"
+        );
+        let path = self.log_delay_path(i);
+        match delay {
+            Some(d) => std::fs::write(&path, d.as_millis().to_string()).expect("delay file"),
+            None => std::fs::remove_file(&path).expect("delay file"),
+        }
     }
 
     fn root(&self) -> PathBuf {
@@ -263,6 +296,12 @@ impl Cluster {
         }
         if i > 0 {
             cmd.env("LITEK8S_TOKEN", self.token());
+        }
+        if self.log_delay_control {
+            cmd.env(
+                "LITEK8S_FAILPOINT_LOG_WRITE_DELAY_FILE",
+                self.log_delay_path(i),
+            );
         }
         cmd
     }

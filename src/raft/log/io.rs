@@ -51,3 +51,34 @@ impl SegmentIo for FaultyIo {
         RealIo.sync_data(file)
     }
 }
+
+/// Real I/O whose writes wait first while a control file exists, for as many milliseconds as
+/// it holds (`LITEK8S_FAILPOINT_LOG_WRITE_DELAY_FILE`, see `cluster::node`). A test makes one
+/// member's log fall behind what its followers have made durable, then kills it. The file is
+/// read at every write; an unreadable or unparsable file means no delay.
+#[derive(Debug)]
+pub struct DelayedIo {
+    pub control: std::path::PathBuf,
+}
+
+impl DelayedIo {
+    /// The delay the control file asks for now.
+    fn delay(&self) -> Option<std::time::Duration> {
+        let text = std::fs::read_to_string(&self.control).ok()?;
+        let ms: u64 = text.trim().parse().ok()?;
+        Some(std::time::Duration::from_millis(ms))
+    }
+}
+
+impl SegmentIo for DelayedIo {
+    fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+        if let Some(delay) = self.delay() {
+            std::thread::sleep(delay);
+        }
+        RealIo.write_at(file, buf, offset)
+    }
+
+    fn sync_data(&self, file: &File) -> io::Result<()> {
+        RealIo.sync_data(file)
+    }
+}

@@ -48,6 +48,6 @@ mod state;
 mod storage;
 
 pub use error::LogError;
-pub use io::{FaultyIo, RealIo, SegmentIo};
+pub use io::{DelayedIo, FaultyIo, RealIo, SegmentIo};
 pub use reader::LogReader;
 pub use storage::{LogConfig, LogStore};
