@@ -12,6 +12,9 @@
 //!   3-member etcd (Debian's `etcd-server`, when installed), alternating, `HA_SIDE_ROUNDS`
 //!   rounds (default 3, 0 skips it; `etcd_cluster.rs`).
 //!
+//! Knobs for focused runs: `HA_MEMBERS` (default 1,3,5), `HA_CONNS` (default 1,16,64),
+//! `HA_READS=0` skips the read phase, `HA_KILLS` and `HA_TERMS` (0 skips failover).
+//!
 //! Writes the table to the path given as the first argument (default bench/HA.md).
 
 #[path = "../tests/support/mod.rs"]
@@ -364,6 +367,11 @@ fn main() {
         .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 3, 5]);
     let load_heartbeat = env_usize("HA_LOAD_HEARTBEAT_MS", 300) as u64;
+    let conn_counts: Vec<usize> = std::env::var("HA_CONNS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 16, 64]);
+    let read_phase = env_usize("HA_READS", 1) > 0;
     for members in sizes {
         let mut cluster = Cluster::start_with(members, load_heartbeat);
         let leader = rt.block_on(cluster.wait_leader());
@@ -373,7 +381,7 @@ fn main() {
             if members == 1 && label == "the leader" {
                 continue;
             }
-            for conns in [1usize, 16, 64] {
+            for &conns in &conn_counts {
                 let tag = format!("m{members}-{}-{conns}", label.len());
                 let (rate, p50, p99) = rt.block_on(create_load(targets, conns, &tag));
                 let line = format!(
@@ -385,7 +393,7 @@ fn main() {
                 md.push_str(&line);
             }
         }
-        if members == 3 {
+        if members == 3 && read_phase {
             rt.block_on(async {
                 let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": "read-target"}, "data": {"v": "x"}});

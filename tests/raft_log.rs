@@ -8,7 +8,7 @@ use std::sync::Arc;
 use litek8s::kube::mutation::Mutation;
 use litek8s::kube::object::ObjectKey;
 use litek8s::kube::store::{Store, StoreConfig};
-use litek8s::raft::log::{FaultyIo, LogConfig, LogError, LogStore};
+use litek8s::raft::log::{DelayedIo, FaultyIo, LogConfig, LogError, LogStore};
 use litek8s::raft::state_machine::StateMachine;
 use litek8s::raft::types::{Batch, Entry, LogId, Proposal, StorageError, TypeConfig, Vote};
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
@@ -258,6 +258,68 @@ async fn a_committed_record_and_the_next_entry_share_one_write() {
     let log = open(dir.path());
     assert_eq!(indexes(&log).await, (1..=20).collect::<Vec<_>>());
     assert_eq!(log.committed(), Some(log_id(1, 19)));
+}
+
+/// An append that finds nobody flushing flushes on the caller's thread: it is durable, its
+/// callback run, when `append_with` returns. An append made while a flush runs (held up here
+/// by the write-delay failpoint on another thread) queues and returns at once; the flush
+/// thread completes it after the running flush, in log order, and both survive a reopen.
+#[test]
+fn an_idle_append_flushes_on_its_thread_and_a_busy_one_queues_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = dir.path().join("delay-ms");
+    let config = LogConfig {
+        io: Arc::new(DelayedIo {
+            control: control.clone(),
+        }),
+        ..small()
+    };
+    let log_dir = dir.path().join("log");
+    let completed = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = |i: u64| {
+        let completed = completed.clone();
+        move |r: std::io::Result<()>| {
+            r.expect("flush");
+            completed.lock().unwrap().push(i);
+        }
+    };
+    {
+        let log = LogStore::open(&log_dir, config).unwrap();
+        log.append_with(vec![entry(1, 1)], record(1)).unwrap();
+        assert_eq!(*completed.lock().unwrap(), vec![1], "not flushed inline");
+
+        std::fs::write(&control, "2000").unwrap();
+        let slow = {
+            let (log, done) = (log.clone(), record(2));
+            std::thread::spawn(move || log.append_with(vec![entry(1, 2)], done).unwrap())
+        };
+        // The slow append holds the path (it waits before its write); wait until it does.
+        while log.log_state().unwrap().1.map(|l| l.index) != Some(2) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        log.append_with(vec![entry(1, 3)], record(3)).unwrap();
+        assert_eq!(
+            *completed.lock().unwrap(),
+            vec![1],
+            "an append behind a running flush waited for it"
+        );
+        std::fs::remove_file(&control).unwrap();
+        slow.join().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while completed.lock().unwrap().len() < 3 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the queued append never completed"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(*completed.lock().unwrap(), vec![1, 2, 3]);
+    }
+    let log = LogStore::open(&log_dir, small()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    assert_eq!(rt.block_on(indexes(&log)), vec![1, 2, 3]);
 }
 
 #[tokio::test]

@@ -1,8 +1,15 @@
-//! The flush thread: the only writer of segment files. It takes everything queued, writes it
-//! in order, calls fdatasync once per dirty file when anyone waits for durability, then
-//! completes the waiting callbacks in order (group commit). The first failed write or sync
-//! fails the log for good: the error is logged, every pending and later callback gets it, and
-//! nothing is retried (after a failed fsync the page cache state is unknown).
+//! The flush path: the only writer of segment files. Whoever flushes takes everything queued,
+//! writes it in order, calls fdatasync once per dirty file when anyone waits for durability,
+//! then completes the waiting callbacks in order (group commit). The first failed write or
+//! sync fails the log for good: the error is logged, every pending and later callback gets it,
+//! and nothing is retried (after a failed fsync the page cache state is unknown).
+//!
+//! Two callers flush, one at a time (`Pending::busy`), each taking the queue in order: the flush
+//! thread, and an appender that finds the path idle (`Queue::submit`), which then flushes on
+//! its own thread. openraft 0.9's core waits for each append's flush before its next command, so
+//! flushing on the core's thread costs it nothing, and saves two thread wake-ups per append
+//! (handing the bytes to the flush thread, and its completion back). While the path is busy,
+//! appends queue for the flush thread and group commit batches them.
 
 use std::fs::File;
 use std::io;
@@ -41,16 +48,36 @@ pub(crate) enum Op {
 struct Pending {
     ops: Vec<Op>,
     shutdown: bool,
+    /// Someone (the flush thread or an appender) is flushing: ops wait for it.
+    busy: bool,
 }
 
-/// The queue between the log's callers and the flush thread.
-#[derive(Default)]
+/// The queue between the log's callers and whoever flushes, and the flushing state itself.
 pub(crate) struct Queue {
     pending: Mutex<Pending>,
     cv: Condvar,
+    flusher: Mutex<Flusher>,
+}
+
+/// What [`Queue::submit`] did with the ops.
+#[must_use]
+pub(crate) enum Submitted {
+    /// Queued for the flush thread.
+    Queued,
+    /// The path was idle: the caller must pass these (the queue's earlier ops, then its own)
+    /// to [`Queue::flush_claimed`], after releasing the log's state lock.
+    Claimed(Vec<Op>),
 }
 
 impl Queue {
+    pub fn new(flusher: Flusher) -> Queue {
+        Queue {
+            pending: Mutex::new(Pending::default()),
+            cv: Condvar::new(),
+            flusher: Mutex::new(flusher),
+        }
+    }
+
     /// Queues `ops`. Plain writes alone do not wake the thread: it holds bytes nobody waits
     /// for until the next flush someone does (a COMMITTED record after every commit would
     /// otherwise wake it for nothing, a futex call on the Raft thread each time).
@@ -62,20 +89,58 @@ impl Queue {
         }
     }
 
+    /// Queues `ops`, or, when nobody is flushing, claims the path with them for the caller to
+    /// flush on its own thread. Called under the log's state lock, like `push`, so the order
+    /// of claims and pushes is the log order.
+    pub fn submit(&self, ops: Vec<Op>) -> Submitted {
+        let mut pending = self.pending.lock();
+        if pending.busy || pending.shutdown {
+            drop(pending);
+            self.push(ops);
+            return Submitted::Queued;
+        }
+        pending.busy = true;
+        let mut claimed = std::mem::take(&mut pending.ops);
+        claimed.extend(ops);
+        Submitted::Claimed(claimed)
+    }
+
+    /// Flushes ops claimed by [`Queue::submit`] on the calling thread, then hands the path back
+    /// (waking the flush thread if ops someone waits for arrived meanwhile).
+    pub fn flush_claimed(&self, ops: Vec<Op>) {
+        self.flusher.lock().flush(ops);
+        let mut pending = self.pending.lock();
+        pending.busy = false;
+        let waited_for = pending.ops.iter().any(|op| !matches!(op, Op::Write { .. }));
+        if waited_for || pending.shutdown {
+            self.cv.notify_one();
+        }
+    }
+
     pub fn shutdown(&self) {
         self.pending.lock().shutdown = true;
         self.cv.notify_one();
     }
 
+    /// The next ops for the flush thread (the path then busy); `None` once shut down and
+    /// drained.
     fn take(&self) -> Option<Vec<Op>> {
         let mut pending = self.pending.lock();
-        while pending.ops.is_empty() && !pending.shutdown {
+        loop {
+            if !pending.busy && !pending.ops.is_empty() {
+                pending.busy = true;
+                return Some(std::mem::take(&mut pending.ops));
+            }
+            if pending.shutdown && !pending.busy {
+                return None;
+            }
             self.cv.wait(&mut pending);
         }
-        if pending.ops.is_empty() {
-            return None;
-        }
-        Some(std::mem::take(&mut pending.ops))
+    }
+
+    /// Marks the flush thread's turn over.
+    fn release(&self) {
+        self.pending.lock().busy = false;
     }
 }
 
@@ -185,24 +250,55 @@ impl SegmentLengths {
     }
 }
 
-/// The flush thread's loop; returns after shutdown once the queue is empty.
-pub(crate) fn run(
-    queue: Arc<Queue>,
+/// The flushing state, shared by the flush thread and appenders that flush (one at a time).
+pub(crate) struct Flusher {
     state: Arc<RwLock<State>>,
     io: Arc<dyn SegmentIo>,
     dir: PathBuf,
     pool: Arc<BufferPool>,
-) {
-    let mut failed: Option<String> = None;
-    // Files written but not yet synced, by seq. Writes nobody waits for (committed ids,
-    // truncations) stay here until the next flush that someone does wait for.
-    let mut dirty: Vec<(u64, Arc<File>)> = Vec::new();
-    // Writes that continue each other in one segment (a COMMITTED record and the entry
-    // appended after it) go out as one pwrite; bytes nobody waits for yet are held until
-    // the next flush someone does wait for (or shutdown).
-    let mut run: Option<PendingWrite> = None;
-    let mut lengths = SegmentLengths::default();
-    while let Some(ops) = queue.take() {
+    /// Why the log failed for good, once it has.
+    failed: Option<String>,
+    /// Files written but not yet synced, by seq. Writes nobody waits for (committed ids,
+    /// truncations) stay here until the next flush that someone does wait for.
+    dirty: Vec<(u64, Arc<File>)>,
+    /// Writes that continue each other in one segment (a COMMITTED record and the entry
+    /// appended after it) go out as one pwrite; bytes nobody waits for yet are held until
+    /// the next flush someone does wait for (or shutdown).
+    run: Option<PendingWrite>,
+    lengths: SegmentLengths,
+}
+
+impl Flusher {
+    pub fn new(
+        state: Arc<RwLock<State>>,
+        io: Arc<dyn SegmentIo>,
+        dir: PathBuf,
+        pool: Arc<BufferPool>,
+    ) -> Flusher {
+        Flusher {
+            state,
+            io,
+            dir,
+            pool,
+            failed: None,
+            dirty: Vec::new(),
+            run: None,
+            lengths: SegmentLengths::default(),
+        }
+    }
+
+    /// Writes `ops` in order; syncs and completes their callbacks if any waits.
+    fn flush(&mut self, ops: Vec<Op>) {
+        let Flusher {
+            state,
+            io,
+            dir,
+            pool,
+            failed,
+            dirty,
+            run,
+            lengths,
+        } = self;
         let mut done = Vec::new();
         let mut unlink = Vec::new();
         let mut written = None;
@@ -219,7 +315,7 @@ pub(crate) fn run(
                     if failed.is_some() || error.is_some() {
                         continue;
                     }
-                    if let Some(current) = &mut run {
+                    if let Some(current) = run.as_mut() {
                         if current.continues_with(seq, offset, bytes.len()) {
                             current.bytes.extend_from_slice(&bytes);
                             current.wseq = wseq;
@@ -228,11 +324,11 @@ pub(crate) fn run(
                         }
                     }
                     if let Some(previous) = run.take() {
-                        error = previous.write(io.as_ref(), &pool, &mut dirty, &mut written);
+                        error = previous.write(io.as_ref(), pool, dirty, &mut written);
                     }
                     if error.is_none() {
                         let file_len = lengths.of(seq, &file);
-                        run = Some(PendingWrite {
+                        *run = Some(PendingWrite {
                             file,
                             seq,
                             offset,
@@ -245,7 +341,7 @@ pub(crate) fn run(
                 Op::Seal { file, seq } => {
                     if let Some(previous) = run.take() {
                         if error.is_none() && failed.is_none() {
-                            error = previous.write(io.as_ref(), &pool, &mut dirty, &mut written);
+                            error = previous.write(io.as_ref(), pool, dirty, &mut written);
                         }
                     }
                     if failed.is_some() || error.is_some() {
@@ -264,10 +360,10 @@ pub(crate) fn run(
         }
         let waited_for = !done.is_empty() || !unlink.is_empty();
         if failed.is_some() || error.is_some() {
-            run = None;
+            *run = None;
         } else if waited_for {
             if let Some(last) = run.take() {
-                error = last.write(io.as_ref(), &pool, &mut dirty, &mut written);
+                error = last.write(io.as_ref(), pool, dirty, &mut written);
             }
         }
         if let Some(wseq) = written {
@@ -275,7 +371,7 @@ pub(crate) fn run(
             st.written_wseq = st.written_wseq.max(wseq);
             st.evict();
         }
-        if failed.is_none() && error.is_none() && (!done.is_empty() || !unlink.is_empty()) {
+        if failed.is_none() && error.is_none() && waited_for {
             for (seq, file) in dirty.drain(..) {
                 if let Err(e) = io.sync_data(&file) {
                     error = Some(format!("fdatasync of segment {seq}: {e}"));
@@ -287,13 +383,13 @@ pub(crate) fn run(
             let reason = format!("{}: {reason}", dir.display());
             tracing::error!("raft log failed for good, refusing all further writes: {reason}");
             state.write().failed = Some(reason.clone());
-            failed = Some(reason);
+            *failed = Some(reason);
         }
-        if let Some(reason) = &failed {
+        if let Some(reason) = failed.as_ref() {
             for d in done {
                 d(Err(io::Error::other(reason.clone())));
             }
-            continue;
+            return;
         }
         for d in done {
             d(Ok(()));
@@ -304,18 +400,33 @@ pub(crate) fn run(
                     tracing::warn!("raft log: removing purged segment {}: {e}", path.display());
                 }
             }
-            if let Err(e) = fsync_dir(&dir) {
+            if let Err(e) = fsync_dir(dir) {
                 let reason = format!("{}: fsync of the directory: {e}", dir.display());
                 tracing::error!("raft log failed for good, refusing all further writes: {reason}");
                 state.write().failed = Some(reason.clone());
-                failed = Some(reason);
+                *failed = Some(reason);
             }
         }
     }
-    if let (Some(last), None) = (run, &failed) {
-        let mut written = None;
-        if let Some(reason) = last.write(io.as_ref(), &pool, &mut dirty, &mut written) {
-            tracing::error!("raft log: {}: at shutdown: {reason}", dir.display());
+
+    /// At shutdown: writes the bytes still held (nobody waits for them; no sync).
+    fn write_held(&mut self) {
+        if let (Some(last), None) = (self.run.take(), &self.failed) {
+            let mut written = None;
+            if let Some(reason) =
+                last.write(self.io.as_ref(), &self.pool, &mut self.dirty, &mut written)
+            {
+                tracing::error!("raft log: {}: at shutdown: {reason}", self.dir.display());
+            }
         }
     }
+}
+
+/// The flush thread's loop; returns after shutdown once the queue is empty.
+pub(crate) fn run(queue: Arc<Queue>) {
+    while let Some(ops) = queue.take() {
+        queue.flusher.lock().flush(ops);
+        queue.release();
+    }
+    queue.flusher.lock().write_held();
 }

@@ -28,8 +28,9 @@
 //!
 //! # Durability
 //! `append` encodes the entries, makes them readable at once (an in-memory cache) and queues
-//! the bytes; one flush thread writes all queued bytes, calls `fdatasync` once per file and
-//! then completes the queued callbacks in order (group commit). The previous segment is synced
+//! the bytes. Whoever flushes (the flush thread, or an append that finds nobody flushing, on its
+//! own thread) writes all queued bytes, calls `fdatasync` once per file and then completes the
+//! queued callbacks in order (group commit). The previous segment is synced
 //! before anything is written into the next one, so only the last segment can have a torn
 //! tail. A failed write or sync fails the log for good: no fsync is retried.
 //!

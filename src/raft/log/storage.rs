@@ -1,7 +1,8 @@
 //! `LogStore`: the log's public handle and openraft's `RaftLogStorage`. Every mutation of the
 //! log happens here under the state lock: records are encoded, placed at their offsets
-//! (moving to a new segment when the current one is full) and queued for the flush thread in
-//! the same critical section, so the queue order is the log order.
+//! (moving to a new segment when the current one is full) and queued in the same critical
+//! section, so the queue order is the log order. An append that finds nobody flushing flushes
+//! on its own thread (`flush`); otherwise the flush thread does.
 
 use std::fs::File;
 use std::io;
@@ -15,7 +16,7 @@ use openraft::{AnyError, ErrorSubject, ErrorVerb, OptionalSend, RaftLogReader};
 use parking_lot::{Mutex, RwLock};
 
 use super::error::LogError;
-use super::flush::{self, BufferPool, Done, Op, Queue};
+use super::flush::{self, BufferPool, Done, Flusher, Op, Queue, Submitted};
 use super::format::{self, segment_path};
 use super::io::{RealIo, SegmentIo};
 use super::preallocate::Preallocator;
@@ -98,14 +99,18 @@ impl LogStore {
         let prealloc = Preallocator::start(dir.to_path_buf(), config.segment_size, next)
             .map_err(|e| LogError::io(dir, e))?;
         let state = Arc::new(RwLock::new(state));
-        let queue = Arc::new(Queue::default());
         let pool = Arc::new(BufferPool::default());
+        let queue = Arc::new(Queue::new(Flusher::new(
+            state.clone(),
+            config.io.clone(),
+            dir.to_path_buf(),
+            pool.clone(),
+        )));
         let thread = {
-            let (queue, state, io) = (queue.clone(), state.clone(), config.io.clone());
-            let (flush_dir, pool) = (dir.to_path_buf(), pool.clone());
+            let queue = queue.clone();
             std::thread::Builder::new()
                 .name("raft-log-flush".into())
-                .spawn(move || flush::run(queue, state, io, flush_dir, pool))
+                .spawn(move || flush::run(queue))
                 .map_err(|e| LogError::io(dir, e))?
         };
         let store = LogStore {
@@ -187,7 +192,14 @@ impl LogStore {
                 info.max_index = Some(info.max_index.map_or(index, |m| m.max(index)));
             }
         }
-        self.finish(&mut st, ops, run, Some(Box::new(done)));
+        // Flushed on this thread when nobody else is flushing (see `flush`).
+        self.push_run(&mut st, &mut ops, run);
+        ops.push(Op::Done(Box::new(done)));
+        let submitted = self.inner.queue.submit(ops);
+        drop(st);
+        if let Submitted::Claimed(ops) = submitted {
+            self.inner.queue.flush_claimed(ops);
+        }
         Ok(())
     }
 
