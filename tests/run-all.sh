@@ -136,6 +136,7 @@ fi
 # --- 4. pytest
 if [ "${SKIP_PYTHON:-0}" != 1 ]; then
     echo "== pytest tests/python (log: $OUT/pytest.log)"
+    rm -rf "$OUT/python"
     "$VENV/bin/python" -m pytest -q -rA -p no:cacheprovider tests/python >"$OUT/pytest.log" 2>&1
     py_rc=$?
     grep -E '^(PASSED|FAILED|ERROR) ' "$OUT/pytest.log"
@@ -150,6 +151,7 @@ if [ "${SKIP_PYTHON:-0}" != 1 ]; then
         # 5 = no tests collected: that is a failure of the suite too.
         [ "$f" -eq 0 ] && f=1
         awk '/^=+ (FAILURES|ERRORS) =+$/{on=1} /^=+ short test summary/{on=0} on{print}' "$OUT/pytest.log" | head -300
+        [ -d "$OUT/python" ] && echo "server logs of the failed tests: $OUT/python/"
     fi
     echo "$last"
     step_result "pytest" "$p" "$f"

@@ -6,6 +6,7 @@ The binary is $LITEK8S_BIN, else <cargo target dir>/debug/litek8s (run-all.sh bu
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +19,30 @@ from kubernetes import client, config
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 60.0
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps each phase's report on the test item, for fixtures to see whether it failed."""
+    report = yield
+    setattr(item, f"report_{report.when}", report)
+    return report
+
+
+def keep_logs_if_failed(request, servers):
+    """When the test failed, copies every server's logs to
+    <target>/test-logs/python/<test name>/ (pytest's temporary directories are deleted by later
+    runs), so that a rare failure in CI can be read afterwards."""
+    report = getattr(request.node, "report_call", None)
+    if report is None or not report.failed:
+        return
+    kept = REPO / "target" / "test-logs" / "python" / request.node.name
+    kept.mkdir(parents=True, exist_ok=True)
+    for i, server in enumerate(servers):
+        for n in range(1, server.starts + 1):
+            log = server.log_path(n)
+            if log.exists():
+                shutil.copy(log, kept / f"{i}-{server.root.name}-{log.name}")
 
 
 def litek8s_bin():
@@ -116,8 +141,9 @@ class Server:
 
 
 @pytest.fixture
-def make_server(tmp_path):
-    """Factory: make_server(extra_args) starts a server; all are killed at the end."""
+def make_server(tmp_path, request):
+    """Factory: make_server(extra_args) starts a server; all are killed at the end (their logs
+    kept if the test failed)."""
     servers = []
 
     def make(extra_args=()):
@@ -130,6 +156,7 @@ def make_server(tmp_path):
     yield make
     for server in servers:
         server.kill()
+    keep_logs_if_failed(request, servers)
 
 
 @pytest.fixture
@@ -203,7 +230,8 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(tmp_path):
+def cluster(tmp_path, request):
     c = Cluster(tmp_path / "cluster", 3)
     yield c
     c.kill_all()
+    keep_logs_if_failed(request, c.members)
