@@ -164,8 +164,9 @@ async fn create_until_acknowledged(api: &support::Api, name: &str) {
 /// restart of a killed leader as leader of the same term safe: nothing a follower holds, so
 /// nothing acknowledged, can be missing from the restarted leader's log. The write-delay
 /// failpoint stalls the leader's log writes; a create through it must not be acknowledged
-/// while they stall. Killed then and restarted at once (as leader again), it must converge
-/// with the others and take writes through every member.
+/// while they stall. Killed then and restarted at once (openraft restores it as leader of its
+/// old term unless another member was elected meanwhile), it must converge with the others
+/// and take writes through every member.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_acknowledges_nothing_its_stalled_log_has_not_written() {
     let mut cluster = Cluster::start_with_log_delay_control(3);
