@@ -207,10 +207,24 @@ fn kubectl_through_the_balancer_survives_kill_and_stop() {
         Duration::from_secs(20),
         |s| s["servers"].as_array().is_some_and(|a| a.len() == 3) && s["active"].is_string(),
     );
-    let persisted =
-        std::fs::read_to_string(lb.state_dir.join("servers.json")).expect("servers.json");
-    for m in &cluster.members {
-        assert!(persisted.contains(&m.api.to_string()), "{persisted}");
+    // The balancer saves the list just after it takes it in (the status can show it first).
+    let lists_all = |text: &str| {
+        cluster
+            .members
+            .iter()
+            .all(|m| text.contains(&m.api.to_string()))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let persisted = std::fs::read_to_string(lb.state_dir.join("servers.json"));
+        match persisted {
+            Ok(text) if lists_all(&text) => break,
+            other => assert!(
+                std::time::Instant::now() < deadline,
+                "servers.json does not list every member: {other:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
     lb.wait_for("every server healthy", Duration::from_secs(20), |s| {
         s["servers"].as_array().is_some_and(|a| {
