@@ -136,8 +136,7 @@ async fn five_members_survive_a_leader_kill() {
 
 /// Creates ConfigMap `name` through `api`, retrying refusals and timeouts for up to 30 s.
 async fn create_until_acknowledged(api: &support::Api, name: &str) {
-    let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name}, "data": {"n": name}});
+    let body = support::configmap("default", name, json!({"n": name}));
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         match api
@@ -178,8 +177,7 @@ async fn a_leader_acknowledges_nothing_its_stalled_log_has_not_written() {
     let pending = tokio::spawn(async move {
         api.post_json(
             "/api/v1/namespaces/default/configmaps",
-            &json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "during-the-stall"}}),
+            &support::configmap("default", "during-the-stall", json!({})),
         )
         .await
     });

@@ -1,6 +1,7 @@
 //! Relaying one connection both ways, bytes untouched. Each direction starts by copying
-//! through a 16 KiB buffer (one per thread, reused by every connection), which for the short messages of API requests, answers
-//! and watch events costs the same two system calls as splice without making pipes. A read
+//! through a 16 KiB buffer (one per thread, reused by every connection), which for the short
+//! messages of API requests, answers and watch events costs the same two system calls as
+//! splice without making pipes. A read
 //! that fills the buffer means a bulk transfer (a large list, an image, a log): that direction
 //! then switches to splice(2) through its own pipe, socket → pipe → socket, so the payload
 //! no longer enters user space (HAProxy's `splice-auto` works the same way); a process out of

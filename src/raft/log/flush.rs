@@ -105,10 +105,16 @@ impl Queue {
         Submitted::Claimed(claimed)
     }
 
-    /// Flushes ops claimed by [`Queue::submit`] on the calling thread, then hands the path back
-    /// (waking the flush thread if ops someone waits for arrived meanwhile).
+    /// Flushes ops claimed by [`Queue::submit`] on the calling thread, then hands the path back.
     pub fn flush_claimed(&self, ops: Vec<Op>) {
         self.flusher.lock().flush(ops);
+        self.hand_back();
+    }
+
+    /// Ends a flush (of the flush thread or a claimer): the path is free again, and the flush
+    /// thread is woken if ops someone waits for arrived meanwhile (it may be waiting for the
+    /// path; when it is the one handing back, its next `take` sees them anyway).
+    fn hand_back(&self) {
         let mut pending = self.pending.lock();
         pending.busy = false;
         let waited_for = pending.ops.iter().any(|op| !matches!(op, Op::Write { .. }));
@@ -136,11 +142,6 @@ impl Queue {
             }
             self.cv.wait(&mut pending);
         }
-    }
-
-    /// Marks the flush thread's turn over.
-    fn release(&self) {
-        self.pending.lock().busy = false;
     }
 }
 
@@ -426,7 +427,7 @@ impl Flusher {
 pub(crate) fn run(queue: Arc<Queue>) {
     while let Some(ops) = queue.take() {
         queue.flusher.lock().flush(ops);
-        queue.release();
+        queue.hand_back();
     }
     queue.flusher.lock().write_held();
 }

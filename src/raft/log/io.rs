@@ -53,9 +53,10 @@ impl SegmentIo for FaultyIo {
 }
 
 /// Real I/O whose writes wait first while a control file exists, for as many milliseconds as
-/// it holds (`LITEK8S_FAILPOINT_LOG_WRITE_DELAY_FILE`, see `cluster::node`). A test makes one
-/// member's log fall behind what its followers have made durable, then kills it. The file is
-/// read at every write; an unreadable or unparsable file means no delay.
+/// it holds (`LITEK8S_FAILPOINT_LOG_WRITE_DELAY_FILE`, see `cluster::node`). A test stalls a
+/// leader's log this way and checks that it acknowledges nothing meanwhile; another holds one
+/// flush up to show that appends queue behind it. The file is read at every write; an
+/// unreadable or unparsable file means no delay.
 #[derive(Debug)]
 pub struct DelayedIo {
     pub control: std::path::PathBuf,
