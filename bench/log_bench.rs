@@ -161,6 +161,7 @@ async fn engine(dir: &Path, proposers: usize, secs: f64) -> EngineResult {
             let create = Mutation::Create {
                 key: key.clone(),
                 object: object(&name),
+                requires_open_namespace: false,
             };
             batcher.submit(Proposal::new(create)).await.expect("create");
             // Every update carries its own copy of the whole 1 KiB object; cloning a prepared
@@ -260,6 +261,7 @@ async fn write_entries(dir: &Path, count: u64) {
                     proposals: vec![Proposal::new(Mutation::Create {
                         key: ObjectKey::new("configmaps", "bench", format!("c{i}")),
                         object: object(&format!("c{i}")),
+                        requires_open_namespace: false,
                     })],
                 }),
             })

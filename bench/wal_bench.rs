@@ -35,6 +35,7 @@ fn configmap(name: &str) -> Mutation {
         object: json!({"apiVersion":"v1","kind":"ConfigMap",
                        "metadata":{"name":name,"namespace":"bench","labels":{"app":"wal-bench"}},
                        "data":{"payload":"x".repeat(880)}}),
+        requires_open_namespace: false,
     }
 }
 

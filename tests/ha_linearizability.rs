@@ -1,5 +1,7 @@
 //! SPEC H11: reads with resourceVersion unset, unconditional writes and compare-and-swap
-//! writes on a few ConfigMaps, issued concurrently through every member of a 3-member cluster
+//! writes on a few ConfigMaps, and creates racing on ConfigMaps that start absent (a create is
+//! a compare-and-swap from "absent"; a create skips the ReadIndex round when its namespace is
+//! known, `api::create`), issued concurrently through every member of a 3-member cluster
 //! while the leader is SIGKILLed (and restarted) or a member is SIGSTOPped (hung, not dead),
 //! must form a linearizable history. Each run records invoke/complete times and results and
 //! checks every key with the register checker of `lincheck`.
@@ -28,6 +30,10 @@ use serde_json::json;
 const MEMBERS: usize = 3;
 const CLIENTS_PER_MEMBER: usize = 2;
 const KEYS: usize = 3;
+/// Keys that start absent: clients race to create them (POST), a create being a
+/// compare-and-swap from "absent" (201 took effect, 409 AlreadyExists found a value).
+const CREATE_KEYS: usize = 2;
+const ALL_KEYS: usize = KEYS + CREATE_KEYS;
 /// A client gives up on a request after this long; the operation is then indeterminate.
 const OP_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -103,12 +109,18 @@ async fn client(
     let mut rng = StdRng::seed_from_u64(seed);
     let mut conn: Option<support::Conn> = None;
     // The last (token, resourceVersion) this client saw per key: what a CAS expects.
-    let mut last: Vec<Option<(Value, u64)>> = vec![None; KEYS];
+    let mut last: Vec<Option<(Value, u64)>> = vec![None; ALL_KEYS];
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(5..40))).await;
-        let k = rng.gen_range(0..KEYS);
+        let k = rng.gen_range(0..ALL_KEYS);
         let dice: u32 = rng.gen_range(0..10);
+        // A key this client has not seen yet may not exist: it creates it, or reads.
+        let creates = k >= KEYS && last[k].is_none();
         let call = match (dice, last[k]) {
+            (4.., None) if creates => Call::Cas {
+                expect: 0,
+                new: tokens.fetch_add(1, Ordering::Relaxed),
+            },
             (0..=3, _) | (7.., None) => Call::Read(0),
             (4..=6, _) => Call::Write(tokens.fetch_add(1, Ordering::Relaxed)),
             (_, Some((expect, _))) => Call::Cas {
@@ -130,14 +142,16 @@ async fn client(
         let key = &keys[k];
         let (method, payload) = match call {
             Call::Read(_) => ("GET", Vec::new()),
+            Call::Cas { new, .. } if creates => ("POST", body(key, new, None)),
             Call::Write(token) => ("PUT", body(key, token, None)),
             Call::Cas { new, .. } => ("PUT", body(key, new, last[k].map(|(_, rv)| rv))),
         };
         let target = match call {
             Call::Read(_) => read_path(key),
+            _ if creates => "/api/v1/namespaces/default/configmaps".to_string(),
             _ => path(key),
         };
-        let content_type = (method == "PUT").then_some("application/json");
+        let content_type = (method != "GET").then_some("application/json");
         let invoke = rec.now();
         let result = tokio::time::timeout(
             OP_TIMEOUT,
@@ -171,8 +185,8 @@ async fn client(
                 rec.push(k, op(Call::Read(token), Outcome::Ok));
             }
             (Call::Read(_), 404, _) => rec.push(k, op(Call::Read(0), Outcome::Ok)),
-            (Call::Write(token) | Call::Cas { new: token, .. }, 200, Some((got, rv)))
-                if got == token =>
+            (Call::Write(token) | Call::Cas { new: token, .. }, 200 | 201, Some((got, rv)))
+                if got == token && (resp.status == 201) == creates =>
             {
                 rec.stored.lock().unwrap().push((token, rv));
                 last[k] = Some((token, rv));
@@ -288,6 +302,7 @@ struct Totals {
     cas_ok: usize,
     cas_failed: usize,
     reads: usize,
+    creates: usize,
     check: Duration,
     max_key_ops: usize,
 }
@@ -313,10 +328,16 @@ async fn histories_under_kills_and_pauses_are_linearizable() {
         let mut rng = StdRng::seed_from_u64(seed.wrapping_add(run as u64 * 7919));
         // Fresh keys per run: a late effect of an earlier run's timed-out write cannot leak
         // into this run's history.
-        let keys: Arc<Vec<String>> =
-            Arc::new((0..KEYS).map(|k| format!("lin-{run}-k{k}")).collect());
+        let keys: Arc<Vec<String>> = Arc::new(
+            (0..ALL_KEYS)
+                .map(|k| match k < KEYS {
+                    true => format!("lin-{run}-k{k}"),
+                    false => format!("lin-{run}-c{k}"),
+                })
+                .collect(),
+        );
         let mut initial = Vec::new();
-        for key in keys.iter() {
+        for key in keys.iter().take(KEYS) {
             let token = tokens.fetch_add(1, Ordering::Relaxed);
             let api = cluster.api(rng.gen_range(0..MEMBERS));
             let resp = api
@@ -331,9 +352,10 @@ async fn histories_under_kills_and_pauses_are_linearizable() {
             assert_eq!(resp.status, 201, "create {key}: {}", resp.text());
             initial.push(token);
         }
+        initial.resize(ALL_KEYS, 0);
         let rec = Arc::new(Recorder {
             start: Instant::now(),
-            ops: Mutex::new(vec![Vec::new(); KEYS]),
+            ops: Mutex::new(vec![Vec::new(); ALL_KEYS]),
             stored: Mutex::new(Vec::new()),
             unexpected: Mutex::new(Vec::new()),
         });
@@ -397,9 +419,11 @@ async fn histories_under_kills_and_pauses_are_linearizable() {
         let cas_ok = count(&|o| matches!(o.call, Call::Cas { .. }) && o.outcome == Outcome::Ok);
         let cas_failed = count(&|o| o.outcome == Outcome::CasFailed);
         let reads = count(&|o| matches!(o.call, Call::Read(_)));
+        let creates = count(&|o| matches!(o.call, Call::Cas { expect: 0, .. }));
         eprintln!(
             "run {run:>3}: {what}; {} ops ({reads} reads, {cas_ok} CAS ok, {cas_failed} CAS \
-             conflicts, {unknown} indeterminate); checked in {check_time:?}",
+             conflicts, {unknown} indeterminate; {creates} of the CAS are creates); checked in \
+             {check_time:?}",
             all.len()
         );
         totals.ops += all.len();
@@ -407,6 +431,7 @@ async fn histories_under_kills_and_pauses_are_linearizable() {
         totals.cas_ok += cas_ok;
         totals.cas_failed += cas_failed;
         totals.reads += reads;
+        totals.creates += creates;
         totals.check += check_time;
         totals.max_key_ops = totals
             .max_key_ops
@@ -414,19 +439,25 @@ async fn histories_under_kills_and_pauses_are_linearizable() {
     }
     eprintln!(
         "linearizability: {runs} runs, {} ops ({} reads, {} CAS ok, {} CAS conflicts, {} \
-         indeterminate), at most {} ops per key and run, checking took {:?}, all in {:?}; \
-         LIN_SEED={seed}",
+         indeterminate; {} creates), at most {} ops per key and run, checking took {:?}, all \
+         in {:?}; LIN_SEED={seed}",
         totals.ops,
         totals.reads,
         totals.cas_ok,
         totals.cas_failed,
         totals.unknown,
+        totals.creates,
         totals.max_key_ops,
         totals.check,
         started.elapsed()
     );
-    // The history must exercise what it checks: not only reads, and CAS both ways.
+    // The history must exercise what it checks: not only reads, CAS both ways, and creates.
     assert!(totals.reads > 0 && totals.cas_ok > 0 && totals.cas_failed > 0);
+    assert!(
+        totals.creates >= runs,
+        "too few creates: {}",
+        totals.creates
+    );
     assert!(
         totals.ops >= runs * 50,
         "too few operations: {}",

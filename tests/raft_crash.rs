@@ -41,6 +41,7 @@ fn entry(index: u64) -> Entry {
                 key: ObjectKey::new("configmaps", "default", format!("c{index}")),
                 object: serde_json::json!({"metadata":{"name":format!("c{index}")},
                     "data":{"v":"y".repeat(size as usize)}}),
+                requires_open_namespace: false,
             })],
         }),
     }

@@ -52,6 +52,7 @@ fn mutation(i: u64, size: usize) -> Mutation {
         object: json!({"apiVersion":"v1","kind":"ConfigMap",
             "metadata":{"name":format!("c{i}"),"namespace":"default"},
             "data":{"v":"x".repeat(size)}}),
+        requires_open_namespace: false,
     }
 }
 

@@ -74,6 +74,7 @@ async fn child(dir: &Path, cycle: usize) {
                     let m = Mutation::Create {
                         key: key(&name),
                         object: object(&name, i),
+                        requires_open_namespace: false,
                     };
                     ("c", name, m)
                 };
@@ -88,6 +89,7 @@ async fn child(dir: &Path, cycle: usize) {
                         let m = Mutation::Create {
                             key: key(&counter),
                             object: object(&counter, i),
+                            requires_open_namespace: false,
                         };
                         let _ = wal.write(m).await;
                     }

@@ -30,6 +30,7 @@ fn create(name: &str) -> Mutation {
         key: ObjectKey::new("configmaps", "default", name),
         object: json!({"apiVersion":"v1","kind":"ConfigMap",
                        "metadata":{"name":name,"namespace":"default"},"data":{"k":name}}),
+        requires_open_namespace: false,
     }
 }
 

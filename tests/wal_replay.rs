@@ -69,6 +69,7 @@ async fn write_mix(wal: &WalWriter, round: usize, n: usize) -> Vec<Result<u64, S
             0 | 1 => Mutation::Create {
                 key: key(&name),
                 object: cm(&name, &format!("{i}")),
+                requires_open_namespace: false,
             },
             2 => Mutation::Update {
                 key: key(&name),
@@ -127,6 +128,7 @@ async fn replay_gives_identical_state_versions_and_history() {
         .write(Mutation::Create {
             key: key("after"),
             object: cm("after", "x"),
+            requires_open_namespace: false,
         })
         .await
         .unwrap();
@@ -190,6 +192,7 @@ async fn concurrent_writers_get_distinct_versions() {
                     .write(Mutation::Create {
                         key: key(&name),
                         object: cm(&name, "x"),
+                        requires_open_namespace: false,
                     })
                     .await
                     .expect("write");

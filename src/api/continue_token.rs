@@ -96,6 +96,7 @@ mod tests {
         let create = |res: &str, name: &str| Mutation::Create {
             key: ObjectKey::new(res, "ns", name),
             object: json!({"metadata":{"name":name}}),
+            requires_open_namespace: false,
         };
         store.apply(create("configmaps", "a")).unwrap();
         store.apply(create("secrets", "s")).unwrap();

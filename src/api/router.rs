@@ -96,9 +96,21 @@ where
     super::options::add_warnings(&api, result)
 }
 
+/// Passes the read barrier (SPEC H5): afterwards the local store holds every write
+/// acknowledged before the request arrived.
+pub async fn linearize(req: &ApiRequest) -> Result<(), ApiError> {
+    req.ctx.reads.linearize().await.map_err(|e| match e {
+        BarrierError::Timeout(reason) => ApiError::Timeout(reason),
+        BarrierError::Unavailable(reason) => ApiError::ServiceUnavailable(reason),
+    })
+}
+
 async fn dispatch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
+    let t = &req.target;
+    let in_namespace = !t.info.namespaced || t.namespace.is_some();
     // SPEC H5: a read of the latest state, and every write (its handler reads the current
-    // object first), starts from a store that holds every write acknowledged before it.
+    // object first), starts from a store that holds every write acknowledged before it. A
+    // create has no current object: `create::post` decides when it needs the barrier.
     let latest_read = req.method == Method::GET
         && req
             .query
@@ -106,14 +118,10 @@ async fn dispatch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
             .as_deref()
             .unwrap_or("")
             .is_empty();
-    if latest_read || req.method != Method::GET {
-        req.ctx.reads.linearize().await.map_err(|e| match e {
-            BarrierError::Timeout(reason) => ApiError::Timeout(reason),
-            BarrierError::Unavailable(reason) => ApiError::ServiceUnavailable(reason),
-        })?;
+    let create = req.method == Method::POST && t.name.is_none() && t.subresource.is_none();
+    if (latest_read || req.method != Method::GET) && !(create && in_namespace) {
+        linearize(req).await?;
     }
-    let t = &req.target;
-    let in_namespace = !t.info.namespaced || t.namespace.is_some();
     match (t.name.is_some(), t.subresource.as_deref(), &req.method) {
         (false, None, &Method::GET) if req.query.watch => watch::watch(req).await,
         (false, None, &Method::GET) => list::list(req).await,

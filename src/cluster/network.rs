@@ -181,6 +181,7 @@ mod tests {
                 proposals: vec![Proposal::new(Mutation::Create {
                     key: ObjectKey::new("configmaps", "default", "a"),
                     object: serde_json::json!({"metadata": {"name": "a"}, "data": {"k": "v\n\"x\""}}),
+                    requires_open_namespace: false,
                 })],
             }),
         };

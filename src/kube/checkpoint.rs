@@ -185,7 +185,13 @@ mod tests {
         for i in 0..20 {
             let key = ObjectKey::new("configmaps", "default", format!("c{i}"));
             let object = json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":format!("c{i}"),"namespace":"default","labels":{"i":i.to_string()}}});
-            store.apply(Mutation::Create { key, object }).unwrap();
+            store
+                .apply(Mutation::Create {
+                    key,
+                    object,
+                    requires_open_namespace: false,
+                })
+                .unwrap();
         }
         let mut buf = Vec::new();
         encode(&store.snapshot(), &mut buf);

@@ -22,6 +22,12 @@ pub enum Mutation {
     Create {
         key: ObjectKey,
         object: serde_json::Value,
+        /// Fails with `NamespaceNotOpen` unless the key's namespace exists and is not being
+        /// deleted when this applies: a create checked against the state it commits into,
+        /// not against the proposer's copy of the store (see `api::create`). Absent (false)
+        /// in entries written before it existed, which replay as they applied then.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        requires_open_namespace: bool,
     },
     /// Replace an existing object; fails with `NotFound` if it is missing and `Conflict` if a
     /// precondition does not hold.
@@ -71,11 +77,18 @@ impl Mutation {
         };
         // Serializing these plain data types into a Vec cannot fail.
         match self {
-            Mutation::Create { key, object } => {
+            Mutation::Create {
+                key,
+                object,
+                requires_open_namespace,
+            } => {
                 out.extend_from_slice(br#"{"op":"create","key":"#);
                 let _ = serde_json::to_writer(&mut *out, key);
                 out.extend_from_slice(br#","object":"#);
                 write_object(out, object);
+                if *requires_open_namespace {
+                    out.extend_from_slice(br#","requires_open_namespace":true"#);
+                }
             }
             Mutation::Update {
                 key,
@@ -143,6 +156,9 @@ pub enum ApplyError {
     /// validate before building Mutations, so this only guards the store itself.
     #[error("invalid object for {key}: {reason}")]
     Invalid { key: ObjectKey, reason: String },
+    /// A Create that `requires_open_namespace` found its namespace missing or being deleted.
+    #[error("{0}: its namespace does not exist or is being deleted")]
+    NamespaceNotOpen(ObjectKey),
 }
 
 #[cfg(test)]
@@ -164,6 +180,12 @@ mod tests {
             Mutation::Create {
                 key: key.clone(),
                 object: object.clone(),
+                requires_open_namespace: false,
+            },
+            Mutation::Create {
+                key: key.clone(),
+                object: object.clone(),
+                requires_open_namespace: true,
             },
             Mutation::Update {
                 key: key.clone(),

@@ -308,9 +308,16 @@ fn apply_locked(
 ) -> Result<ObjectRef, ApplyError> {
     let next_rv = state.resource_version + 1;
     let (kind, stored, prev) = match mutation {
-        Mutation::Create { key, object } => {
+        Mutation::Create {
+            key,
+            object,
+            requires_open_namespace,
+        } => {
             if state.objects.contains_key(&key) {
                 return Err(ApplyError::AlreadyExists(key));
+            }
+            if requires_open_namespace && !namespace_open(state, &key.namespace) {
+                return Err(ApplyError::NamespaceNotOpen(key));
             }
             let stored = stored_form(key, object, next_rv, prepared, garbage)?;
             (EventKind::Added, stored, None)
@@ -353,6 +360,18 @@ fn apply_locked(
     // No receivers is fine: nobody is watching.
     let _ = state.live.send(event);
     Ok(stored)
+}
+
+/// Whether the namespace `name` is stored and not being deleted (no deletionTimestamp).
+fn namespace_open(state: &State, name: &str) -> bool {
+    state
+        .objects
+        .get(&ObjectKey::new("namespaces", "", name))
+        .is_some_and(|ns| {
+            ns.value()
+                .pointer("/metadata/deletionTimestamp")
+                .is_none_or(serde_json::Value::is_null)
+        })
 }
 
 fn existing(
@@ -483,18 +502,67 @@ mod tests {
     }
 
     #[test]
+    fn a_create_that_requires_an_open_namespace_checks_it_when_it_applies() {
+        let store = Store::new(StoreConfig::default());
+        let create = |requires_open_namespace| Mutation::Create {
+            key: key("a"),
+            object: cm("a", json!({})),
+            requires_open_namespace,
+        };
+        let namespace = |deletion: serde_json::Value| json!({"metadata": {"name": "default", "uid": "ns-uid", "deletionTimestamp": deletion}});
+        let ns_key = ObjectKey::new("namespaces", "", "default");
+        assert_eq!(
+            store.apply(create(true)),
+            Err(ApplyError::NamespaceNotOpen(key("a")))
+        );
+        store
+            .apply(Mutation::Create {
+                key: ns_key.clone(),
+                object: namespace(serde_json::Value::Null),
+                requires_open_namespace: false,
+            })
+            .unwrap();
+        let created = store.apply(create(true)).unwrap();
+        assert_eq!(
+            created.resource_version, 2,
+            "a refused create takes no version"
+        );
+        store
+            .apply(Mutation::Delete {
+                key: key("a"),
+                precondition: Precondition::none(),
+            })
+            .unwrap();
+        store
+            .apply(Mutation::Update {
+                key: ns_key,
+                object: namespace(json!("2026-01-01T00:00:00Z")),
+                precondition: Precondition::none(),
+            })
+            .unwrap();
+        assert_eq!(
+            store.apply(create(true)),
+            Err(ApplyError::NamespaceNotOpen(key("a")))
+        );
+        // Entries written before the requirement existed apply as they did then.
+        assert!(store.apply(create(false)).is_ok());
+    }
+
+    #[test]
     fn versions_count_only_applied_mutations() {
         let store = Store::new(StoreConfig::default());
         let a = store
             .apply(Mutation::Create {
                 key: key("a"),
                 object: cm("a", json!({})),
+                requires_open_namespace: false,
             })
             .unwrap();
         assert_eq!(a.resource_version, 1);
         let dup = store.apply(Mutation::Create {
             key: key("a"),
             object: cm("a", json!({})),
+            requires_open_namespace: false,
         });
         assert!(matches!(dup, Err(ApplyError::AlreadyExists(_))));
         let stale = store.apply(Mutation::Update {
@@ -530,6 +598,7 @@ mod tests {
                 let _ = store.apply(Mutation::Create {
                     key: key(&name),
                     object: cm(&name, json!({"i": i.to_string()})),
+                    requires_open_namespace: false,
                 });
                 if i % 3 == 0 {
                     let _ = store.apply(Mutation::Delete {
@@ -563,6 +632,7 @@ mod tests {
                     0 => Mutation::Create {
                         key: key(&name),
                         object,
+                        requires_open_namespace: false,
                     },
                     1 => Mutation::Update {
                         key: key(&name),
@@ -620,6 +690,7 @@ mod tests {
                 .apply(Mutation::Create {
                     key: key(name),
                     object: cm(name, json!({"app": app})),
+                    requires_open_namespace: false,
                 })
                 .unwrap();
         }
@@ -627,6 +698,7 @@ mod tests {
             .apply(Mutation::Create {
                 key: ObjectKey::new("configmaps", "other", "d"),
                 object: json!({"metadata":{"name":"d","namespace":"other","labels":{"app":"x"}}}),
+                requires_open_namespace: false,
             })
             .unwrap();
         let snap = store.snapshot();
@@ -671,6 +743,7 @@ mod tests {
                 .apply(Mutation::Create {
                     key: key(&name),
                     object: cm(&name, json!({})),
+                    requires_open_namespace: false,
                 })
                 .unwrap();
         }

@@ -305,6 +305,7 @@ mod tests {
         Proposal::new(Mutation::Create {
             key: ObjectKey::new("configmaps", "default", name),
             object: serde_json::json!({"metadata":{"name":name,"namespace":"default"},"data":{"v":"x".repeat(size)}}),
+            requires_open_namespace: false,
         })
     }
 
@@ -324,6 +325,7 @@ mod tests {
                 Mutation::Create {
                     key: key.clone(),
                     object: object.clone(),
+                    requires_open_namespace: false,
                 },
                 Mutation::Update {
                     key: key.clone(),

@@ -71,6 +71,7 @@ async fn ensure(
             .write(Mutation::Create {
                 key: key.clone(),
                 object,
+                requires_open_namespace: false,
             })
             .await
         {

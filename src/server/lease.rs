@@ -56,6 +56,7 @@ pub async fn renew(ctx: &ApiContext, hostname: &str) -> Result<(), WriteError> {
             Mutation::Create {
                 object: meta::with_new_metadata(object, &key),
                 key,
+                requires_open_namespace: false,
             }
         }
         Some(current) => {

@@ -43,6 +43,7 @@ fn create(name: &str) -> Mutation {
     Mutation::Create {
         key: ObjectKey::new("configmaps", "default", name),
         object: json!({"metadata":{"name":name,"namespace":"default"}}),
+        requires_open_namespace: false,
     }
 }
 

@@ -220,7 +220,11 @@ mod tests {
             Batch::default(),
             Batch {
                 proposals: vec![
-                    Proposal::new(Mutation::Create { key, object }),
+                    Proposal::new(Mutation::Create {
+                        key,
+                        object,
+                        requires_open_namespace: false,
+                    }),
                     followers_write,
                     only_seq,
                 ],
