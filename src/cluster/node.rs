@@ -139,6 +139,13 @@ impl ClusterNode {
         .await
         .map_err(|e| ServerError::Cluster(format!("opening the Raft log: {e}")))??;
         let startup_committed = log.committed().map(|l| l.index);
+        // From the log itself: openraft's metrics only show it once its core task has run,
+        // which `Raft::new` does not wait for.
+        let startup_last_log = log
+            .log_state()
+            .map_err(|e| ServerError::Cluster(format!("reading the Raft log's state: {e}")))?
+            .1
+            .map(|l| l.index);
 
         let raft_peers = {
             let _guard = runtime.enter();
@@ -163,7 +170,6 @@ impl ClusterNode {
         let peers = PeerClient::new(&config.ca_pem, config.secret.clone())
             .map_err(cluster_error("peer client"))?;
         let batcher = Batcher::start(Arc::new(raft.clone()), BatchLimits::default());
-        let startup_last_log = raft.metrics().borrow().last_log_index;
         Ok(Arc::new(ClusterNode {
             startup_last_log,
             startup_committed,
