@@ -209,3 +209,92 @@ async fn a_leader_acknowledges_nothing_its_stalled_log_has_not_written() {
         );
     }
 }
+
+/// The member's log lines from byte `from` on, without terminal colour codes.
+fn log_lines_since(cluster: &Cluster, i: usize, from: usize) -> String {
+    let logs = cluster.logs(i);
+    let mut plain = String::with_capacity(logs.len());
+    let mut chars = logs[from.min(logs.len())..].chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // An SGR sequence: ESC '[' … 'm'.
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
+/// `cluster::crash_watch`: the survivors of a killed leader campaign in node-id order, a few
+/// heartbeats apart. When the first one's log is behind the second's, the second refuses it
+/// its vote (it cannot win) and campaigns at once instead of at its own turn. One follower's
+/// log writes are stalled so that it falls behind; the test repeats until that follower is the
+/// first to campaign (its rank among the survivors is random), then checks that the other
+/// refused it and campaigned before its turn, and won.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_survivor_that_refuses_a_candidate_behind_it_campaigns_at_once() {
+    let mut cluster = Cluster::start_with_log_delay_control(3);
+    let mut seen_first_behind = false;
+    // Ranks follow node ids, so for each leader one of its two followers campaigns first:
+    // stall each follower of a leader in turn.
+    let mut tried: Vec<(usize, usize)> = Vec::new();
+    for round in 0..8 {
+        let leader = cluster.wait_leader().await;
+        let followers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+        let pick = usize::from(tried.contains(&(leader, followers[0])));
+        let (behind, ahead) = (followers[pick], followers[1 - pick]);
+        tried.push((leader, behind));
+        let marks: Vec<usize> = (0..3).map(|i| cluster.logs(i).len()).collect();
+        // Each append of this follower takes 60 ms more, so the leader commits with the other
+        // one and this one's log trails by the writes of the last 60 ms. (Its last contact
+        // with the leader trails by as much: well under the heartbeats between the turns.)
+        cluster.delay_log_writes(behind, Some(Duration::from_millis(60)));
+        let writing = Arc::new(AtomicBool::new(true));
+        let writer = {
+            let (api, writing) = (cluster.api(leader), writing.clone());
+            tokio::spawn(async move {
+                let mut n = 0;
+                while writing.load(Ordering::Relaxed) {
+                    let body = support::configmap("default", &format!("r{round}-{n}"), json!({}));
+                    let post = api.post_json("/api/v1/namespaces/default/configmaps", &body);
+                    let _ = tokio::time::timeout(Duration::from_secs(2), post).await;
+                    n += 1;
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cluster.kill(leader);
+        cluster.delay_log_writes(behind, None);
+        writing.store(false, Ordering::Relaxed);
+        let _ = writer.await;
+        let new_leader = loop {
+            let l = cluster.wait_leader().await;
+            if l != leader {
+                break l;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let behind_log = log_lines_since(&cluster, behind, marks[behind]);
+        let ahead_log = log_lines_since(&cluster, ahead, marks[ahead]);
+        cluster.restart(leader);
+        if !behind_log.contains("campaigning now that the dead leader's lease is over rank=0") {
+            continue;
+        }
+        seen_first_behind = true;
+        assert!(
+            ahead_log.contains("refused a candidate with an older log: campaigning before my turn"),
+            "round {round}: the member ahead waited for its turn:\n{ahead_log}"
+        );
+        assert_eq!(new_leader, ahead, "round {round}: the member behind won");
+        break;
+    }
+    assert!(
+        seen_first_behind,
+        "in 8 rounds the stalled follower never campaigned first"
+    );
+}

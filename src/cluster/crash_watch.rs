@@ -13,7 +13,9 @@
 //! gone and this follower campaigns the moment the lease it last saw has run out, instead of
 //! waiting for its election timeout on top. To avoid split votes the survivors campaign one
 //! after another, in the order of their node ids, a few heartbeats apart; each checks before
-//! campaigning that no new leader appeared. The election itself is ordinary Raft (the voters
+//! campaigning that no new leader appeared. A survivor that refuses its vote to an earlier one
+//! because that one's log is behind its own (so it cannot win) campaigns at once instead of at
+//! its turn. The election itself is ordinary Raft (the voters
 //! still check the lease and the candidate's log), so this changes when a campaign starts,
 //! never whether it may win.
 
@@ -125,7 +127,20 @@ async fn campaign_when_lease_ends(
     // covers a heartbeat that reached another voter a little later than this one.
     let turn = heartbeat * (1 + 3 * rank);
     let at = heard_at + node.timers.election_max + turn;
-    tokio::time::sleep_until(at.into()).await;
+    if rank == 0 {
+        tokio::time::sleep_until(at.into()).await;
+    } else {
+        // A survivor ahead in turn whose log is behind this one's cannot win: this member
+        // refuses it its vote. Then this member campaigns at once instead of at its turn.
+        let first_turn = heard_at + node.timers.election_max + heartbeat;
+        tokio::time::sleep_until(first_turn.into()).await;
+        tokio::select! {
+            _ = tokio::time::sleep_until(at.into()) => {}
+            _ = node.refused_behind_candidate_after(heard_at) => {
+                tracing::info!(rank, "refused a candidate with an older log: campaigning before my turn");
+            }
+        }
+    }
     let metrics = node.metrics();
     let still_gone = metrics.state == ServerState::Follower
         && metrics.current_leader == Some(leader)

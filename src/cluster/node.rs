@@ -89,6 +89,9 @@ pub struct ClusterNode {
     pub startup_committed: Option<u64>,
     batcher: Batcher,
     heard: Mutex<Heard>,
+    /// When this member last refused a vote to a candidate whose log is behind its own
+    /// (`cluster::crash_watch` campaigns at once then).
+    refused_behind_candidate: tokio::sync::watch::Sender<Option<Instant>>,
     /// Bytes of the snapshot being received from the leader and when the last chunk came,
     /// for the systemd status line; `None` when no transfer is under way.
     snapshot_receiving: Mutex<Option<(u64, Instant)>>,
@@ -183,6 +186,7 @@ impl ClusterNode {
             peers,
             batcher,
             heard: Mutex::new(Heard::default()),
+            refused_behind_candidate: tokio::sync::watch::Sender::new(None),
             snapshot_receiving: Mutex::new(None),
             runtime: Mutex::new(Some(runtime)),
         }))
@@ -270,6 +274,36 @@ impl ClusterNode {
     /// When this member last heard from a leader (AppendEntries, heartbeats included).
     pub fn heard_at(&self) -> Option<Instant> {
         self.heard.lock().at
+    }
+
+    /// Answers a vote request (the Raft listener's VOTE), noting a refusal because the
+    /// candidate's log is behind this member's.
+    pub async fn vote(
+        &self,
+        request: openraft::raft::VoteRequest<NodeId>,
+    ) -> Result<openraft::raft::VoteResponse<NodeId>, openraft::error::RaftError<NodeId>> {
+        let candidate_log = request.last_log_id;
+        let answer = self.raft.vote(request).await;
+        if let Ok(response) = &answer {
+            if !response.vote_granted && response.last_log_id > candidate_log {
+                self.refused_behind_candidate
+                    .send_replace(Some(Instant::now()));
+            }
+        }
+        answer
+    }
+
+    /// Resolves once this member has refused a vote, after `since`, to a candidate whose log
+    /// was behind its own.
+    pub async fn refused_behind_candidate_after(&self, since: Instant) {
+        let mut refusals = self.refused_behind_candidate.subscribe();
+        if refusals
+            .wait_for(|at| at.is_some_and(|at| at > since))
+            .await
+            .is_err()
+        {
+            std::future::pending::<()>().await;
+        }
     }
 
     /// Records a snapshot chunk from the leader: `end` bytes received so far, `done` when it

@@ -150,7 +150,7 @@ async fn handle(
             Err(bad) => bad,
         },
         raft_paths::VOTE => match body_of(req).await {
-            Ok(rpc) => json(&node.raft.vote(rpc).await),
+            Ok(rpc) => json(&node.vote(rpc).await),
             Err(bad) => bad,
         },
         raft_paths::SNAPSHOT => match body_of::<InstallSnapshotRequest<TypeConfig>>(req).await {
