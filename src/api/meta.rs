@@ -160,11 +160,7 @@ pub fn finalizers(object: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-pub fn is_deleting(object: &Value) -> bool {
-    object
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
-}
+pub use crate::kube::object::is_deleting;
 
 #[cfg(test)]
 mod tests {

@@ -118,8 +118,8 @@ async fn dispatch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
             .as_deref()
             .unwrap_or("")
             .is_empty();
-    let create = req.method == Method::POST && t.name.is_none() && t.subresource.is_none();
-    if (latest_read || req.method != Method::GET) && !(create && in_namespace) {
+    let is_create = req.method == Method::POST && t.name.is_none() && t.subresource.is_none();
+    if (latest_read || req.method != Method::GET) && !(is_create && in_namespace) {
         linearize(req).await?;
     }
     match (t.name.is_some(), t.subresource.as_deref(), &req.method) {

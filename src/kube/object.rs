@@ -11,6 +11,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+/// Whether `object` is being deleted: it has a (non-null) `metadata.deletionTimestamp` and
+/// waits for its finalizers.
+pub fn is_deleting(object: &serde_json::Value) -> bool {
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
 /// Identifies one object: its resource (`"configmaps"`, `"apps/deployments"`), namespace
 /// (empty for cluster-scoped kinds) and name. Ordered so that one resource, and one namespace
 /// within it, are contiguous ranges.

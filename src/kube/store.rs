@@ -367,11 +367,7 @@ fn namespace_open(state: &State, name: &str) -> bool {
     state
         .objects
         .get(&ObjectKey::new("namespaces", "", name))
-        .is_some_and(|ns| {
-            ns.value()
-                .pointer("/metadata/deletionTimestamp")
-                .is_none_or(serde_json::Value::is_null)
-        })
+        .is_some_and(|ns| !super::object::is_deleting(&ns.value()))
 }
 
 fn existing(

@@ -114,11 +114,6 @@ fn storage_class_of(obj: &Value) -> String {
     text(obj, "/spec/storageClassName").to_string()
 }
 
-fn deleting(obj: &Value) -> bool {
-    obj.at("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
-}
-
 fn unset_or(obj: &Value, pointer: &str) -> String {
     obj.at(pointer)
         .and_then(Value::as_str)
@@ -147,7 +142,7 @@ fn persistent_volume(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
         }
         _ => String::new(),
     };
-    let phase = if deleting(obj) {
+    let phase = if crate::api::meta::is_deleting(obj) {
         "Terminating"
     } else {
         text(obj, "/status/phase")
@@ -180,7 +175,7 @@ const PVC: &[Column] = &[
 ];
 
 fn persistent_volume_claim(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
-    let phase = if deleting(obj) {
+    let phase = if crate::api::meta::is_deleting(obj) {
         "Terminating"
     } else {
         text(obj, "/status/phase")
