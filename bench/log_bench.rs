@@ -257,13 +257,11 @@ async fn write_entries(dir: &Path, count: u64) {
         let entries: Vec<Entry> = (index..(index + 500).min(count + 1))
             .map(|i| Entry {
                 log_id: LogId::new(CommittedLeaderId::new(1, 1), i),
-                payload: EntryPayload::Normal(Batch {
-                    proposals: vec![Proposal::new(Mutation::Create {
-                        key: ObjectKey::new("configmaps", "bench", format!("c{i}")),
-                        object: object(&format!("c{i}")),
-                        requires_open_namespace: false,
-                    })],
-                }),
+                payload: EntryPayload::Normal(Batch::new(vec![Proposal::new(Mutation::Create {
+                    key: ObjectKey::new("configmaps", "bench", format!("c{i}")),
+                    object: object(&format!("c{i}")),
+                    requires_open_namespace: false,
+                })])),
             })
             .collect();
         index += entries.len() as u64;

@@ -36,14 +36,12 @@ fn entry(index: u64) -> Entry {
     let size = 100 + (index * 7919) % 3000;
     Entry {
         log_id: log_id(index),
-        payload: EntryPayload::Normal(Batch {
-            proposals: vec![Proposal::new(Mutation::Create {
-                key: ObjectKey::new("configmaps", "default", format!("c{index}")),
-                object: serde_json::json!({"metadata":{"name":format!("c{index}")},
+        payload: EntryPayload::Normal(Batch::new(vec![Proposal::new(Mutation::Create {
+            key: ObjectKey::new("configmaps", "default", format!("c{index}")),
+            object: serde_json::json!({"metadata":{"name":format!("c{index}")},
                     "data":{"v":"y".repeat(size as usize)}}),
-                requires_open_namespace: false,
-            })],
-        }),
+            requires_open_namespace: false,
+        })])),
     }
 }
 

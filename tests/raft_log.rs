@@ -59,9 +59,7 @@ fn mutation(i: u64, size: usize) -> Mutation {
 fn entry(term: u64, index: u64) -> Entry {
     Entry {
         log_id: log_id(term, index),
-        payload: EntryPayload::Normal(Batch {
-            proposals: vec![Proposal::new(mutation(index, 200))],
-        }),
+        payload: EntryPayload::Normal(Batch::new(vec![Proposal::new(mutation(index, 200))])),
     }
 }
 
@@ -135,6 +133,32 @@ async fn committed_entries_read_for_applying_stay_readable() {
             payloads(log.reader().read(1, 5, usize::MAX).unwrap()),
             expected
         );
+    }
+}
+
+/// Replication reads cached entries once per follower only to encode them: the copies it
+/// gets share the cached proposals instead of cloning every Mutation.
+#[tokio::test]
+async fn cached_entries_read_for_replication_share_their_proposals() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = LogStore::open(dir.path(), LogConfig::default()).expect("open");
+    append(&log, (1..=3).map(|i| entry(1, i)).collect())
+        .await
+        .unwrap();
+    let proposals = |entries: Vec<Entry>| -> Vec<Arc<Vec<Proposal>>> {
+        entries
+            .into_iter()
+            .map(|e| match e.payload {
+                EntryPayload::Normal(batch) => batch.proposals,
+                other => panic!("expected a normal entry, got {other:?}"),
+            })
+            .collect()
+    };
+    let first = proposals(log.reader().read(1, 4, usize::MAX).unwrap());
+    let second = proposals(log.reader().read(1, 4, usize::MAX).unwrap());
+    assert_eq!(first.len(), 3);
+    for (a, b) in first.iter().zip(&second) {
+        assert!(Arc::ptr_eq(a, b), "both reads share the cached proposals");
     }
 }
 
@@ -502,11 +526,11 @@ async fn a_missing_segment_refuses_to_open() {
 }
 
 fn configmap_batch(from: u64, count: u64) -> Batch {
-    Batch {
-        proposals: (from..from + count)
+    Batch::new(
+        (from..from + count)
             .map(|i| Proposal::new(mutation(i, 50)))
             .collect(),
-    }
+    )
 }
 
 fn normal(index: u64, batch: Batch) -> Entry {
@@ -589,12 +613,7 @@ async fn a_session_proposal_applies_once_even_across_a_snapshot() {
         prepared: Default::default(),
     };
     let first = sm
-        .apply(vec![normal(
-            1,
-            Batch {
-                proposals: vec![in_session(1)],
-            },
-        )])
+        .apply(vec![normal(1, Batch::new(vec![in_session(1)]))])
         .await
         .unwrap();
     let rv = match &first[0].results[0] {
@@ -603,12 +622,7 @@ async fn a_session_proposal_applies_once_even_across_a_snapshot() {
     };
     // The copy (answer lost, sent again) is answered with the first result.
     let copy = sm
-        .apply(vec![normal(
-            2,
-            Batch {
-                proposals: vec![in_session(1)],
-            },
-        )])
+        .apply(vec![normal(2, Batch::new(vec![in_session(1)]))])
         .await
         .unwrap();
     match &copy[0].results[0] {
@@ -627,12 +641,7 @@ async fn a_session_proposal_applies_once_even_across_a_snapshot() {
         .unwrap();
     for machine in [&mut sm, &mut sm_b] {
         let late = machine
-            .apply(vec![normal(
-                3,
-                Batch {
-                    proposals: vec![in_session(1)],
-                },
-            )])
+            .apply(vec![normal(3, Batch::new(vec![in_session(1)]))])
             .await
             .unwrap();
         assert!(matches!(&late[0].results[0], Ok(a) if a.resource_version == rv));
@@ -645,22 +654,12 @@ async fn a_session_proposal_applies_once_even_across_a_snapshot() {
         acked: Some(1),
         ..in_session(2)
     };
-    sm.apply(vec![normal(
-        4,
-        Batch {
-            proposals: vec![next],
-        },
-    )])
-    .await
-    .unwrap();
+    sm.apply(vec![normal(4, Batch::new(vec![next]))])
+        .await
+        .unwrap();
     let before = store.resource_version();
     let stale = sm
-        .apply(vec![normal(
-            5,
-            Batch {
-                proposals: vec![in_session(1)],
-            },
-        )])
+        .apply(vec![normal(5, Batch::new(vec![in_session(1)]))])
         .await
         .unwrap();
     assert!(stale[0].results[0].is_err());

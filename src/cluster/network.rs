@@ -141,6 +141,9 @@ impl RaftNetwork<TypeConfig> for Peer {
                 PayloadTooLarge::new_entries_hint(hint),
             ));
         }
+        // The entries share their proposals with the log's cache (`Batch`): let go of them
+        // before waiting, so the state machine can take them over once they commit.
+        drop(rpc);
         self.call(paths::APPEND, &body, option.hard_ttl()).await
     }
 
@@ -177,13 +180,13 @@ mod tests {
     fn append_entries_are_encoded_exactly_as_serde_encodes_them() {
         let normal = Entry {
             log_id: LogId::new(CommittedLeaderId::new(3, 1), 11),
-            payload: openraft::EntryPayload::Normal(Batch {
-                proposals: vec![Proposal::new(Mutation::Create {
+            payload: openraft::EntryPayload::Normal(Batch::new(vec![Proposal::new(
+                Mutation::Create {
                     key: ObjectKey::new("configmaps", "default", "a"),
                     object: serde_json::json!({"metadata": {"name": "a"}, "data": {"k": "v\n\"x\""}}),
                     requires_open_namespace: false,
-                })],
-            }),
+                },
+            )])),
         };
         let blank = Entry {
             log_id: LogId::new(CommittedLeaderId::new(3, 1), 10),

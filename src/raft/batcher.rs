@@ -231,7 +231,7 @@ async fn propose_and_answer<P: Propose>(proposer: &P, requests: Vec<Request>) {
             r.proposal
         })
         .collect();
-    match proposer.propose(Batch { proposals }).await {
+    match proposer.propose(Batch::new(proposals)).await {
         Ok(response) if response.results.len() == replies.len() => {
             for (reply, result) in replies.into_iter().zip(response.results) {
                 let _ = reply.send(result.map_err(ProposeError::Rejected));
@@ -287,7 +287,7 @@ mod tests {
                 self.active.fetch_sub(1, Ordering::SeqCst);
                 let results = self
                     .store
-                    .apply_batch(batch.proposals.into_iter().map(|p| p.mutation))
+                    .apply_batch(batch.into_proposals().into_iter().map(|p| p.mutation))
                     .into_iter()
                     .map(|r| {
                         r.map(|o| Applied {

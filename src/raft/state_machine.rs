@@ -119,7 +119,7 @@ impl StateMachine {
                 .store
                 .apply_prepared_batch(
                     batch
-                        .proposals
+                        .into_proposals()
                         .into_iter()
                         .map(|p| (p.mutation, p.prepared)),
                 )
@@ -131,7 +131,7 @@ impl StateMachine {
         let mut results: Vec<Option<Result<Applied, ApplyError>>> =
             Vec::with_capacity(batch.proposals.len());
         let mut to_apply = Vec::new();
-        for proposal in &batch.proposals {
+        for proposal in batch.proposals.iter() {
             match self.sessions.decide(index, proposal) {
                 Decision::Answer(result) => results.push(Some(result)),
                 Decision::Apply => {

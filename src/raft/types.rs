@@ -2,6 +2,7 @@
 //! Mutations) and what applying it returns (one result per Mutation).
 
 use std::io::Cursor;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -35,9 +36,15 @@ pub type Entry = openraft::Entry<TypeConfig>;
 pub type StorageError = openraft::StorageError<NodeId>;
 
 /// The payload of one Raft log entry: Mutations coalesced by the proposer, applied in order.
+///
+/// The proposals are shared, so cloning an entry is cheap: openraft's log reader hands out
+/// owned entries, and the leader reads every cached entry once per follower it replicates to,
+/// only to encode it. The state machine takes the proposals back by value when it holds the
+/// last reference (`into_proposals`), which on the leader is the usual case: replication has
+/// dropped its copies by the time the entry commits.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Batch {
-    pub proposals: Vec<Proposal>,
+    pub proposals: Arc<Vec<Proposal>>,
 }
 
 /// One Mutation as proposed. A follower's own writes carry its client session, so that a
@@ -59,6 +66,17 @@ pub struct Proposal {
 }
 
 impl Batch {
+    pub fn new(proposals: Vec<Proposal>) -> Self {
+        Batch {
+            proposals: Arc::new(proposals),
+        }
+    }
+
+    /// The proposals by value: taken over when this is the last reference, cloned otherwise.
+    pub fn into_proposals(self) -> Vec<Proposal> {
+        Arc::try_unwrap(self.proposals).unwrap_or_else(|shared| (*shared).clone())
+    }
+
     /// Appends the same JSON as serde's encoding of `self` (see `Mutation::write_json`).
     pub fn write_json(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(br#"{"proposals":["#);
@@ -130,4 +148,67 @@ pub struct Applied {
     /// on the node that proposed them).
     #[serde(skip)]
     pub object: Option<ObjectRef>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::object::ObjectKey;
+
+    fn batch_of(names: &[&str]) -> Batch {
+        Batch::new(
+            names
+                .iter()
+                .map(|name| {
+                    Proposal::new(Mutation::Create {
+                        key: ObjectKey::new("configmaps", "default", *name),
+                        object: serde_json::json!({"metadata": {"name": name}}),
+                        requires_open_namespace: true,
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_cloned_batch_shares_its_proposals() {
+        let batch = batch_of(&["a", "b"]);
+        let copy = batch.clone();
+        assert!(Arc::ptr_eq(&batch.proposals, &copy.proposals));
+    }
+
+    #[test]
+    fn the_last_reference_hands_its_proposals_over_without_copying() {
+        let batch = batch_of(&["a", "b"]);
+        let buffer = batch.proposals.as_ptr();
+        let copy = batch.clone();
+        drop(copy);
+        let proposals = batch.into_proposals();
+        assert_eq!(proposals.as_ptr(), buffer, "taken over, not copied");
+        assert_eq!(proposals.len(), 2);
+    }
+
+    #[test]
+    fn a_shared_batch_gives_a_copy_and_leaves_the_other_intact() {
+        let batch = batch_of(&["a", "b"]);
+        let kept = batch.clone();
+        let proposals = batch.into_proposals();
+        assert_ne!(proposals.as_ptr(), kept.proposals.as_ptr());
+        assert_eq!(&proposals, kept.proposals.as_ref());
+    }
+
+    #[test]
+    fn sharing_does_not_change_the_encoding() {
+        let batch = batch_of(&["a"]);
+        let mut written = Vec::new();
+        batch.write_json(&mut written);
+        let serde = serde_json::to_vec(&batch).expect("encode");
+        assert_eq!(
+            String::from_utf8_lossy(&written),
+            String::from_utf8_lossy(&serde)
+        );
+        assert!(serde.starts_with(br#"{"proposals":[{"mutation":"#));
+        let decoded: Batch = serde_json::from_slice(&serde).expect("decode");
+        assert_eq!(decoded, batch);
+    }
 }

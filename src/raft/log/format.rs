@@ -218,17 +218,15 @@ mod tests {
         only_seq.seq = Some(1);
         let batches = [
             Batch::default(),
-            Batch {
-                proposals: vec![
-                    Proposal::new(Mutation::Create {
-                        key,
-                        object,
-                        requires_open_namespace: false,
-                    }),
-                    followers_write,
-                    only_seq,
-                ],
-            },
+            Batch::new(vec![
+                Proposal::new(Mutation::Create {
+                    key,
+                    object,
+                    requires_open_namespace: false,
+                }),
+                followers_write,
+                only_seq,
+            ]),
         ];
         for batch in batches {
             let entry = Entry {
