@@ -98,7 +98,7 @@ pub fn check_namespace_open(req: &ApiRequest, namespace: &str, name: &str) -> Re
         .store
         .get(&ObjectKey::new("namespaces", "", namespace))
         .ok_or_else(|| ApiError::not_found(ns_info, namespace))?;
-    if meta::is_deleting(&ns.value()) {
+    if ns.is_deleting() {
         return Err(ApiError::Forbidden(format!(
             "{} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
             req.info().qualified_plural()

@@ -111,6 +111,28 @@ impl StoredObject {
         serde_json::from_slice(&self.json).unwrap_or(serde_json::Value::Null)
     }
 
+    /// Whether the stored object is being deleted (`is_deleting` of its value), read without
+    /// building the value: every create checks its namespace this way, on the API thread and
+    /// again when it applies, and a whole parse of the namespace was most of that check.
+    pub fn is_deleting(&self) -> bool {
+        #[derive(Deserialize)]
+        struct Object {
+            metadata: Option<Metadata>,
+        }
+        #[derive(Deserialize)]
+        struct Metadata {
+            #[serde(rename = "deletionTimestamp")]
+            deletion_timestamp: Option<serde::de::IgnoredAny>,
+        }
+        match serde_json::from_slice::<Object>(&self.json) {
+            Ok(object) => object
+                .metadata
+                .is_some_and(|metadata| metadata.deletion_timestamp.is_some()),
+            // Stored bytes always parse; fall back to the plain reading if they somehow do not.
+            Err(_) => is_deleting(&self.value()),
+        }
+    }
+
     /// The value of a selectable field, including `metadata.name` and `metadata.namespace`.
     pub fn field(&self, name: &str) -> Option<&str> {
         match name {
@@ -126,3 +148,46 @@ impl StoredObject {
 }
 
 pub type ObjectRef = Arc<StoredObject>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn stored(json: &[u8]) -> StoredObject {
+        StoredObject {
+            key: ObjectKey::new("namespaces", "", "n"),
+            resource_version: 1,
+            uid: String::new(),
+            labels: BTreeMap::new(),
+            fields: Vec::new(),
+            json: Bytes::copy_from_slice(json),
+        }
+    }
+
+    #[test]
+    fn reading_deletion_from_the_bytes_agrees_with_the_value() {
+        let cases = [
+            (json!({"metadata":{"name":"n"}}), false),
+            (
+                json!({"metadata":{"name":"n","deletionTimestamp":"2026-12-04T10:00:00Z"}}),
+                true,
+            ),
+            (json!({"metadata":{"deletionTimestamp":null}}), false),
+            (json!({"metadata":{"deletionTimestamp":{"odd":[1]}}}), true),
+            (json!({"metadata":null}), false),
+            (json!({"metadata":"text"}), false),
+            (json!({"kind":"Namespace"}), false),
+            (
+                json!({"spec":{"deletionTimestamp":"x"},"metadata":{"annotations":{"deletionTimestamp":"y"}}}),
+                false,
+            ),
+        ];
+        for (object, deleting) in cases {
+            let bytes = serde_json::to_vec(&object).expect("encode");
+            assert_eq!(is_deleting(&object), deleting, "{object}");
+            assert_eq!(stored(&bytes).is_deleting(), deleting, "{object}");
+        }
+        assert!(!stored(b"not json").is_deleting());
+    }
+}

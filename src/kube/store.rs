@@ -367,7 +367,7 @@ fn namespace_open(state: &State, name: &str) -> bool {
     state
         .objects
         .get(&ObjectKey::new("namespaces", "", name))
-        .is_some_and(|ns| !super::object::is_deleting(&ns.value()))
+        .is_some_and(|ns| !ns.is_deleting())
 }
 
 fn existing(
