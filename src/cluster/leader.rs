@@ -71,6 +71,14 @@ pub async fn run(
     }
 }
 
+/// `LITEK8S_FAILPOINT_BOOTSTRAP_DELAY_MS=N`: a new leader waits N ms before its first pass
+/// over the bootstrap objects, so that a test can show readiness waiting for them. Unset in
+/// production.
+fn bootstrap_delay_failpoint() -> Option<Duration> {
+    let ms = std::env::var("LITEK8S_FAILPOINT_BOOTSTRAP_DELAY_MS").ok()?;
+    ms.parse().ok().map(Duration::from_millis)
+}
+
 /// The IPs of the members whose API is up to date, the leader's first.
 fn up_to_date_ips(node: &ClusterNode) -> Vec<IpAddr> {
     let view = membership::view(node);
@@ -100,6 +108,12 @@ async fn reconcile_loop(
     settings: ApiSettings,
     stop: CancellationToken,
 ) {
+    if let Some(delay) = bootstrap_delay_failpoint() {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
     loop {
         let mut current = settings.clone();
         let ips = up_to_date_ips(&node);

@@ -426,6 +426,9 @@ pub async fn readiness_loop(
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_role: Option<(ServerState, u64)> = None;
+    // Latched: once this member's store has held the bootstrap objects, their later deletion
+    // and re-creation by the leader's reconciler does not make it flap.
+    let mut bootstrapped = false;
     // Re-evaluated when the role, leader or term changes (so READY=1 follows an election at
     // once) and every tick (the "heard from the leader" window ages without any change; the
     // applied index changes with every write and is only sampled by the tick).
@@ -469,7 +472,18 @@ pub async fn readiness_loop(
                 metrics.current_term
             );
         }
-        match node.readiness() {
+        let verdict = node.readiness().and_then(|()| {
+            bootstrapped = bootstrapped || crate::server::bootstrap::present(&ctx.store);
+            if bootstrapped {
+                Ok(())
+            } else {
+                Err(
+                    "the system namespaces and default/kubernetes have not reached this server yet"
+                        .to_string(),
+                )
+            }
+        });
+        match verdict {
             Ok(()) => {
                 if !ctx.ready.swap(true, Ordering::SeqCst) {
                     tracing::info!(

@@ -12,11 +12,26 @@ use super::meta;
 use crate::api::ApiContext;
 use crate::kube::mutation::{ApplyError, Mutation, Precondition};
 use crate::kube::object::ObjectKey;
+use crate::kube::store::Store;
 use crate::kube::writer::WriteError;
 
 /// Namespaces that exist in every cluster.
 pub const SYSTEM_NAMESPACES: [&str; 4] =
     ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Whether `store` holds the bootstrap objects clients expect of a running cluster: the system
+/// namespaces and the `default/kubernetes` Service. A cluster member stays not ready until they
+/// have been created (by the leader) and have reached its own store, as kube-apiserver's
+/// `/readyz` waits for its bootstrap post-start hook: a client that waits for readiness and
+/// then creates something in `default` must not be told the namespace does not exist.
+pub fn present(store: &Store) -> bool {
+    SYSTEM_NAMESPACES
+        .iter()
+        .all(|ns| store.get(&ObjectKey::new("namespaces", "", *ns)).is_some())
+        && store
+            .get(&ObjectKey::new("services", "default", "kubernetes"))
+            .is_some()
+}
 
 /// Creates or repairs the bootstrap objects.
 pub async fn ensure_all(ctx: &ApiContext) -> Result<(), ServerError> {
