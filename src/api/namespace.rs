@@ -23,12 +23,22 @@ pub fn is_namespace(info: &ResourceInfo) -> bool {
 /// How long the purge task waits for a change before looking again.
 const PURGE_POLL: Duration = Duration::from_secs(2);
 
+/// Namespaces that may not be deleted, as kube-apiserver's NamespaceLifecycle admission has
+/// them (`kube-node-lease` is not one: deleted, the leader's bootstrap recreates it).
+pub const IMMORTAL: [&str; 3] = ["default", "kube-system", "kube-public"];
+
 /// Starts deleting a namespace.
 pub async fn begin_delete(
     req: &ApiRequest,
     current: &ObjectRef,
     dry_run: bool,
 ) -> Result<Written, ApiError> {
+    let name = &current.key.name;
+    if IMMORTAL.contains(&name.as_str()) {
+        return Err(ApiError::Forbidden(format!(
+            "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
+        )));
+    }
     let mut value = current.value();
     if meta::is_deleting(&value) {
         return Err(ApiError::Conflict {

@@ -2,7 +2,8 @@
 # kubectl's write paths on one fresh litek8s server (issue 3): client-side apply and re-apply
 # (strategic merge computed by kubectl), server-side apply by two managers with a conflict and
 # --force-conflicts, diff, patch with each patch type, edit through KUBE_EDITOR, server dry-run
-# leaving nothing behind, custom columns, and namespace deletion removing its contents.
+# leaving nothing behind, custom columns, namespace deletion removing its contents, and the
+# system namespaces refusing deletion.
 #
 # Usage: tests/kubectl/apply.sh [KUBECTL]   (default: kubectl on PATH)
 # Prints PASS/FAIL lines and `N passed, N failed`.
@@ -121,6 +122,15 @@ out=$(k get namespace doomed)
 expect_grep "$T the namespace is gone" 'NotFound|not found' "$out"
 out=$(k get all,configmaps -n doomed -o name)
 expect_no_grep "$T nothing is left in it" '.' "$(grep -v 'No resources' <<<"$out")"
+
+# --- the system namespaces may not be deleted (kube-apiserver's NamespaceLifecycle admission)
+for ns in default kube-system kube-public; do
+  out=$(k delete namespace "$ns" --wait=false)
+  expect_grep "$T delete namespace $ns is refused" \
+    "Forbidden.*namespaces \"$ns\" is forbidden: this namespace may not be deleted" "$out"
+done
+out=$(k get namespaces default kube-system kube-public -o jsonpath='{.items[*].status.phase}')
+expect_grep "$T the system namespaces stay Active" '^Active Active Active$' "$out"
 
 if stop_server; then pass "$T SIGTERM exits 0"; else fail "$T SIGTERM exits 0"; fi
 summary "$LABEL"
