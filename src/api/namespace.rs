@@ -25,7 +25,7 @@ const PURGE_POLL: Duration = Duration::from_secs(2);
 
 /// Namespaces that may not be deleted, as kube-apiserver's NamespaceLifecycle admission has
 /// them (`kube-node-lease` is not one: deleted, the leader's bootstrap recreates it).
-pub const IMMORTAL: [&str; 3] = ["default", "kube-system", "kube-public"];
+const IMMORTAL: [&str; 3] = ["default", "kube-system", "kube-public"];
 
 /// Starts deleting a namespace.
 pub async fn begin_delete(
