@@ -136,7 +136,12 @@ async fn handle(
     }
     let response = match path.as_str() {
         raft_paths::APPEND => match body_of::<AppendEntriesRequest<TypeConfig>>(req).await {
-            Ok(rpc) => {
+            Ok(mut rpc) => {
+                for entry in &mut rpc.entries {
+                    if let openraft::EntryPayload::Normal(batch) = &mut entry.payload {
+                        batch.prepare_objects();
+                    }
+                }
                 let leader_commit = rpc.leader_commit.map(|l| l.index);
                 let result = node.raft.append_entries(rpc).await;
                 if matches!(

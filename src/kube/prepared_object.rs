@@ -6,8 +6,8 @@
 //! resourceVersion, and read for its uid, labels and selectable fields. The batcher instead
 //! prepares each object on the caller's thread, where the API handlers run in parallel; the
 //! log entry copies these bytes, and `stamp` splices the resourceVersion into them. The result
-//! must be byte-identical to the plain path (every server compares the store's bytes, and
-//! followers, which decode entries, take the plain path): the tests check that on objects with
+//! must be byte-identical to the plain path (every server compares the store's bytes; entries
+//! replayed from the log at start take the plain path): the tests check that on objects with
 //! and without a resourceVersion, with other types in its place, and with strings that need
 //! escaping.
 
@@ -165,7 +165,8 @@ fn push_quoted(out: &mut Vec<u8>, digits: &str) {
 }
 
 /// A Proposal's object, prepared by the batcher on the proposing server. It is derived data:
-/// never serialized (a decoded entry has none and takes the plain path), and ignored when
+/// never serialized (a follower prepares the entries it receives again, `Batch::prepare_objects`;
+/// entries replayed from the log have none and take the plain path), and ignored when
 /// proposals are compared.
 #[derive(Clone, Default)]
 pub struct PreparedCache(Option<Arc<PreparedObject>>);

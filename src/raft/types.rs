@@ -60,7 +60,8 @@ pub struct Proposal {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acked: Option<u64>,
     /// The Mutation's object prepared by `prepare_object` (the batcher does, on the caller's
-    /// thread); empty in decoded entries. Never serialized, ignored by `==`.
+    /// thread), or by a follower for the entries it receives (`Batch::prepare_objects`); empty
+    /// in entries replayed from the log. Never serialized, ignored by `==`.
     #[serde(skip)]
     pub prepared: PreparedCache,
 }
@@ -69,6 +70,18 @@ impl Batch {
     pub fn new(proposals: Vec<Proposal>) -> Self {
         Batch {
             proposals: Arc::new(proposals),
+        }
+    }
+
+    /// Prepares every proposal's object (`Proposal::prepare_object`) when this is the only
+    /// reference to the proposals. A follower does it to the entries it receives before
+    /// appending them: the log entry then copies the object's JSON and the store splices the
+    /// resourceVersion into it, instead of each encoding the decoded object again.
+    pub fn prepare_objects(&mut self) {
+        if let Some(proposals) = Arc::get_mut(&mut self.proposals) {
+            for proposal in proposals {
+                proposal.prepare_object();
+            }
         }
     }
 
@@ -195,6 +208,38 @@ mod tests {
         let proposals = batch.into_proposals();
         assert_ne!(proposals.as_ptr(), kept.proposals.as_ptr());
         assert_eq!(&proposals, kept.proposals.as_ref());
+    }
+
+    #[test]
+    fn a_received_batch_prepares_its_objects_and_encodes_the_same() {
+        let mut received: Batch =
+            serde_json::from_slice(&serde_json::to_vec(&batch_of(&["a", "b"])).expect("encode"))
+                .expect("decode");
+        let mut plain = Vec::new();
+        received.write_json(&mut plain);
+        assert!(received
+            .proposals
+            .iter()
+            .all(|p| p.prepared.get().is_none()));
+        received.prepare_objects();
+        assert!(received
+            .proposals
+            .iter()
+            .all(|p| p.prepared.get().is_some()));
+        let mut prepared = Vec::new();
+        received.write_json(&mut prepared);
+        assert_eq!(
+            String::from_utf8_lossy(&prepared),
+            String::from_utf8_lossy(&plain)
+        );
+    }
+
+    #[test]
+    fn a_shared_batch_is_not_prepared_in_place() {
+        let mut batch = batch_of(&["a"]);
+        let _shared = batch.clone();
+        batch.prepare_objects();
+        assert!(batch.proposals[0].prepared.get().is_none());
     }
 
     #[test]
