@@ -110,15 +110,21 @@ async fn entries_vote_and_committed_survive_reopen_across_segments() {
     assert_eq!(e[0].payload, entry(1, 5).payload);
 }
 
+/// A log with the default configuration holding entries 1..=`count` of term 1, all flushed.
+async fn log_with_entries(count: u64) -> (TempDir, LogStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = LogStore::open(dir.path(), LogConfig::default()).expect("open");
+    append(&log, (1..=count).map(|i| entry(1, i)).collect())
+        .await
+        .unwrap();
+    (dir, log)
+}
+
 /// The state machine's read hands committed entries over instead of cloning them; every
 /// later read (for replication, or the same range again) still returns them whole, from disk.
 #[tokio::test]
 async fn committed_entries_read_for_applying_stay_readable() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = LogStore::open(dir.path(), LogConfig::default()).expect("open");
-    append(&log, (1..=4).map(|i| entry(1, i)).collect())
-        .await
-        .unwrap();
+    let (_dir, log) = log_with_entries(4).await;
     log.set_committed(Some(log_id(1, 2))).unwrap();
     let expected: Vec<_> = (1..=4).map(|i| entry(1, i).payload).collect();
     let payloads =
@@ -140,11 +146,7 @@ async fn committed_entries_read_for_applying_stay_readable() {
 /// gets share the cached proposals instead of cloning every Mutation.
 #[tokio::test]
 async fn cached_entries_read_for_replication_share_their_proposals() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = LogStore::open(dir.path(), LogConfig::default()).expect("open");
-    append(&log, (1..=3).map(|i| entry(1, i)).collect())
-        .await
-        .unwrap();
+    let (_dir, log) = log_with_entries(3).await;
     let proposals = |entries: Vec<Entry>| -> Vec<Arc<Vec<Proposal>>> {
         entries
             .into_iter()

@@ -124,13 +124,13 @@ impl StoredObject {
             #[serde(rename = "deletionTimestamp")]
             deletion_timestamp: Option<serde::de::IgnoredAny>,
         }
-        match serde_json::from_slice::<Object>(&self.json) {
-            Ok(object) => object
+        // Bytes that do not read as an object with an object `metadata` have no
+        // `metadata.deletionTimestamp` for `is_deleting` to find either.
+        serde_json::from_slice::<Object>(&self.json).is_ok_and(|object| {
+            object
                 .metadata
-                .is_some_and(|metadata| metadata.deletion_timestamp.is_some()),
-            // Stored bytes always parse; fall back to the plain reading if they somehow do not.
-            Err(_) => is_deleting(&self.value()),
-        }
+                .is_some_and(|metadata| metadata.deletion_timestamp.is_some())
+        })
     }
 
     /// The value of a selectable field, including `metadata.name` and `metadata.namespace`.
