@@ -286,6 +286,11 @@ impl ClusterNode {
         let answer = self.raft.vote(request).await;
         if let Ok(response) = &answer {
             if !response.vote_granted && response.last_log_id > candidate_log {
+                tracing::info!(
+                    candidate_last_log = %candidate_log.map_or("none".to_string(), |id| id.to_string()),
+                    my_last_log = %response.last_log_id.map_or("none".to_string(), |id| id.to_string()),
+                    "refused a vote: the candidate's log is behind this member's"
+                );
                 self.refused_behind_candidate
                     .send_replace(Some(Instant::now()));
             }
