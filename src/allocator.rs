@@ -11,9 +11,18 @@
 //! thread's heap segment then faults in whole 2 MiB pages — about 10 MiB of a 20 MiB idle
 //! server is huge-page padding. Under load the same huge pages are worth ~12 % of create
 //! throughput (fewer TLB misses over a heap of tens of MiB). So the process starts with THP
-//! disabled (`PR_SET_THP_DISABLE`) and [`enable_huge_pages_when_heap_grows`] lifts that once
+//! disabled (`PR_SET_THP_DISABLE`) and [`tune_for_load_when_heap_grows`] lifts that once
 //! the anonymous resident memory passes [`HUGE_PAGE_HEAP_THRESHOLD`]: an idle server stays
 //! small, a loaded one gets the speed. Once on, they stay on.
+//!
+//! Why the purge delay changes with them: a small server gives freed memory back to the OS at
+//! once (purge delay 0), which keeps it small. With huge pages that is costly: memory given
+//! back and touched again a moment later faults in a whole 2 MiB page that the kernel zeroes
+//! first (4.5 % of all server CPU in a profile of the 3-member create benchmark, most of it
+//! under `BytesMut` and body buffers that come and go with each request). So the loaded
+//! profile also keeps freed memory [`LOADED_PURGE_DELAY_MS`] before giving it back
+//! (bench/HA.md, fourteenth session: 3-member creates at 64 connections used 10–20 % less
+//! server CPU per create).
 
 use std::time::Duration;
 
@@ -23,16 +32,21 @@ static GLOBAL_ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Anonymous resident memory above which transparent huge pages are allowed.
 pub const HUGE_PAGE_HEAP_THRESHOLD: u64 = 32 * 1024 * 1024;
 
+/// How long freed memory stays with the allocator before it goes back to the OS, once the
+/// heap has grown past [`HUGE_PAGE_HEAP_THRESHOLD`] (mimalloc's own default is 10 ms).
+pub const LOADED_PURGE_DELAY_MS: std::ffi::c_long = 100;
+
 /// How often the heap size is sampled (one read of `/proc/self/statm`).
 const HEAP_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
+// mimalloc's option numbers (mimalloc.h): 4 arena_eager_commit, 15 purge_delay.
+const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Tunes the allocator: freed memory goes back to the OS at once (purge delay 0), arenas are
 /// not committed ahead of use, and huge pages are off until the heap grows. Call first thing in
 /// `main`, before threads start.
 pub fn tune_allocator() {
-    // mimalloc's option numbers (mimalloc.h): 4 arena_eager_commit, 15 purge_delay.
-    const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
-    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
     // SAFETY: plain option setters of the C allocator; any value is valid.
     unsafe {
         libmimalloc_sys::mi_option_set(ARENA_EAGER_COMMIT, 0);
@@ -42,10 +56,17 @@ pub fn tune_allocator() {
     let _ = nix::sys::prctl::set_thp_disable(true);
 }
 
-/// Allows transparent huge pages once the process's anonymous resident memory passes
-/// [`HUGE_PAGE_HEAP_THRESHOLD`]; returns then (or at once when THP was never disabled, or
-/// `/proc` cannot be read). Run it as a background task of the server.
-pub async fn enable_huge_pages_when_heap_grows() {
+/// The allocator's purge delay in milliseconds (mimalloc's `purge_delay` option).
+pub fn purge_delay_ms() -> std::ffi::c_long {
+    // SAFETY: a plain option getter of the C allocator.
+    unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY) }
+}
+
+/// Switches to the loaded profile once the process's anonymous resident memory passes
+/// [`HUGE_PAGE_HEAP_THRESHOLD`]: transparent huge pages allowed, freed memory kept
+/// [`LOADED_PURGE_DELAY_MS`]. Returns then (or at once when THP was never disabled, or `/proc`
+/// cannot be read). Run it as a background task of the server.
+pub async fn tune_for_load_when_heap_grows() {
     if !matches!(nix::sys::prctl::get_thp_disable(), Ok(true)) {
         return;
     }
@@ -58,10 +79,16 @@ pub async fn enable_huge_pages_when_heap_grows() {
         };
         if anon >= HUGE_PAGE_HEAP_THRESHOLD {
             match nix::sys::prctl::set_thp_disable(false) {
-                Ok(()) => tracing::debug!(
-                    anon_resident_bytes = anon,
-                    "heap grew: transparent huge pages enabled"
-                ),
+                Ok(()) => {
+                    // SAFETY: a plain option setter of the C allocator; mimalloc reads the
+                    // purge delay afresh each time it schedules a purge.
+                    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, LOADED_PURGE_DELAY_MS) };
+                    tracing::debug!(
+                        anon_resident_bytes = anon,
+                        purge_delay_ms = LOADED_PURGE_DELAY_MS,
+                        "heap grew: transparent huge pages enabled, freed memory kept a while"
+                    )
+                }
                 Err(e) => tracing::debug!("could not enable transparent huge pages: {e}"),
             }
             return;
@@ -108,6 +135,32 @@ mod tests {
         );
         assert_eq!(parse_statm_anonymous_pages("garbage"), None);
         assert_eq!(parse_statm_anonymous_pages(""), None);
+    }
+
+    /// The switch itself: the test process starts small (as `main` does), grows its heap past
+    /// the threshold and must come out with huge pages allowed and the loaded purge delay.
+    #[tokio::test]
+    async fn a_heap_past_the_threshold_switches_to_the_loaded_profile() {
+        tune_allocator();
+        if !matches!(nix::sys::prctl::get_thp_disable(), Ok(true)) {
+            // No THP control in this kernel: the switch has nothing to do.
+            return;
+        }
+        assert_eq!(
+            purge_delay_ms(),
+            0,
+            "a small process gives memory back at once"
+        );
+        let heap: Vec<u8> = vec![1; (HUGE_PAGE_HEAP_THRESHOLD + (16 << 20)) as usize];
+        let switched =
+            tokio::time::timeout(HEAP_SAMPLE_INTERVAL * 5, tune_for_load_when_heap_grows()).await;
+        assert!(
+            switched.is_ok(),
+            "the heap passed the threshold but nothing switched"
+        );
+        std::hint::black_box(&heap);
+        assert_eq!(purge_delay_ms(), LOADED_PURGE_DELAY_MS);
+        assert!(matches!(nix::sys::prctl::get_thp_disable(), Ok(false)));
     }
 
     #[test]

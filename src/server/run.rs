@@ -34,7 +34,7 @@ pub async fn run(settings: ServerSettings) -> Result<(), ServerError> {
     ));
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone(), reporter.clone())?;
-    tokio::spawn(crate::allocator::enable_huge_pages_when_heap_grows());
+    tokio::spawn(crate::allocator::tune_for_load_when_heap_grows());
     if let Some(logs) = journal::installed_handle() {
         tokio::spawn(signals::reload_on_sighup(
             reporter.clone(),
