@@ -56,12 +56,6 @@ pub fn tune_allocator() {
     let _ = nix::sys::prctl::set_thp_disable(true);
 }
 
-/// The allocator's purge delay in milliseconds (mimalloc's `purge_delay` option).
-pub fn purge_delay_ms() -> std::ffi::c_long {
-    // SAFETY: a plain option getter of the C allocator.
-    unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY) }
-}
-
 /// Switches to the loaded profile once the process's anonymous resident memory passes
 /// [`HUGE_PAGE_HEAP_THRESHOLD`]: transparent huge pages allowed, freed memory kept
 /// [`LOADED_PURGE_DELAY_MS`]. Returns then (or at once when THP was never disabled, or `/proc`
@@ -135,6 +129,12 @@ mod tests {
         );
         assert_eq!(parse_statm_anonymous_pages("garbage"), None);
         assert_eq!(parse_statm_anonymous_pages(""), None);
+    }
+
+    /// The allocator's purge delay in milliseconds (mimalloc's `purge_delay` option).
+    fn purge_delay_ms() -> std::ffi::c_long {
+        // SAFETY: a plain option getter of the C allocator.
+        unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY) }
     }
 
     /// The switch itself: the test process starts small (as `main` does), grows its heap past
