@@ -16,13 +16,13 @@
 //! small, a loaded one gets the speed. Once on, they stay on.
 //!
 //! Why the purge delay changes with them: a small server gives freed memory back to the OS at
-//! once (purge delay 0), which keeps it small. With huge pages that is costly: memory given
-//! back and touched again a moment later faults in a whole 2 MiB page that the kernel zeroes
-//! first (4.5 % of all server CPU in a profile of the 3-member create benchmark, most of it
-//! under `BytesMut` and body buffers that come and go with each request). So the loaded
-//! profile also keeps freed memory [`LOADED_PURGE_DELAY_MS`] before giving it back
-//! (bench/HA.md, fourteenth session: 3-member creates at 64 connections used about 8 % less
-//! server CPU per create, mean of 14 alternating pairs).
+//! once (purge delay 0), which keeps it small. Under load that is costly: request buffers come
+//! and go many thousand times a second, and each one given back is an `madvise` call, then a
+//! page fault (with huge pages on, sometimes a whole 2 MiB page zeroed) when it is used again.
+//! So the loaded profile also keeps freed memory [`LOADED_PURGE_DELAY_MS`] before giving it
+//! back (bench/HA.md, fourteenth session: in the 3-member create benchmark, 4–5 times fewer
+//! `madvise` calls and 3–4 times fewer page faults, and about 8 % less server CPU per create
+//! over 14 alternating pairs).
 
 use std::time::Duration;
 

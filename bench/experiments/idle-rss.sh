@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Resident memory of a 1-member cluster at start, after a burst of 8,000 ConfigMap creates
-# (16 connections) and after 10 s idle: how much freed memory the allocator gives back.
+# (16 connections; CREATES_PER_CONN, default 500, sets the burst) and after 10 s idle: how much
+# freed memory the allocator gives back.
 #   bench/experiments/idle-rss.sh BINARY [ENV=VALUE...]
 # e.g. with purge-delay.patch applied: bench/experiments/idle-rss.sh target/release/litek8s LK_PURGE_DELAY=10
 set -euo pipefail
@@ -18,14 +19,14 @@ for _ in $(seq 1 200); do
 done
 rss() { awk '/^VmRSS/{print $2}' /proc/$pid/status; }
 echo "at start: $(rss) kB"
-python3 - "$dir" $port <<'PY'
+python3 - "$dir" $port "${CREATES_PER_CONN:-500}" <<'PY'
 import http.client, json, ssl, sys, threading
-data_dir, port = sys.argv[1], int(sys.argv[2])
+data_dir, port, per_conn = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 token = open(f"{data_dir}/admin-token").read().strip()
 ctx = ssl.create_default_context(cafile=f"{data_dir}/ca.crt")
 def worker(w):
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx)
-    for i in range(500):
+    for i in range(per_conn):
         body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
                            "metadata": {"name": f"c{w}-{i}"}, "data": {"k": "x" * 1000}})
         conn.request("POST", "/api/v1/namespaces/default/configmaps", body,
