@@ -49,6 +49,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             node: node.clone(),
             addr: Member::from_node(node).raft,
             client: self.client.clone(),
+            last_append: None,
         }
     }
 }
@@ -59,12 +60,20 @@ pub struct Peer {
     node: BasicNode,
     addr: String,
     client: PeerClient,
+    /// The last AppendEntries body sent, taken back for the next one once the connection has
+    /// let go of it (see [`Peer::append_buffer`]).
+    last_append: Option<bytes::Bytes>,
 }
 
 type RpcResult<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
 
 impl Peer {
-    async fn call<Resp, E>(&self, path: &str, body: &[u8], timeout: Duration) -> RpcResult<Resp, E>
+    async fn call<Resp, E>(
+        &self,
+        path: &str,
+        body: bytes::Bytes,
+        timeout: Duration,
+    ) -> RpcResult<Resp, E>
     where
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
@@ -75,13 +84,7 @@ impl Peer {
         let path = format!("{path}?target={}", self.target);
         let answer = self
             .client
-            .send(
-                &self.addr,
-                http::Method::POST,
-                &path,
-                bytes::Bytes::copy_from_slice(body),
-                timeout,
-            )
+            .send(&self.addr, http::Method::POST, &path, body, timeout)
             .await
             .map_err(|e| match e {
                 PeerError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
@@ -102,15 +105,39 @@ impl Peer {
     }
 }
 
+impl Peer {
+    /// A buffer for the next AppendEntries body: the last one's memory when the connection no
+    /// longer holds it, else a new one. Bodies are up to 512 KiB; a fresh allocation of that
+    /// size lands on untouched memory and costs page faults on the Raft thread each time.
+    fn append_buffer(&mut self) -> Vec<u8> {
+        reclaim(self.last_append.take())
+    }
+}
+
+/// The memory of `last` as an empty buffer when nothing else holds it (and it is no larger
+/// than two AppendEntries caps), else a new buffer.
+fn reclaim(last: Option<bytes::Bytes>) -> Vec<u8> {
+    let mut buffer = last
+        .and_then(|last| last.try_into_mut().ok())
+        .filter(|last| last.capacity() <= APPEND_ENTRIES_CAP * 2)
+        .map(Vec::from)
+        .unwrap_or_default();
+    buffer.clear();
+    buffer
+}
+
 fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, NetworkError> {
     serde_json::to_vec(value).map_err(|e| NetworkError::new(&e))
 }
 
 /// The same JSON as serde's encoding of `rpc`, with each entry written by
 /// `format::write_entry_json` (the objects in it are most of the bytes).
-fn encode_append_entries(rpc: &AppendEntriesRequest<TypeConfig>) -> Result<Vec<u8>, NetworkError> {
+fn encode_append_entries(
+    rpc: &AppendEntriesRequest<TypeConfig>,
+    mut out: Vec<u8>,
+) -> Result<Vec<u8>, NetworkError> {
     let fail = |e: serde_json::Error| NetworkError::new(&e);
-    let mut out = Vec::with_capacity(256);
+    out.clear();
     out.extend_from_slice(br#"{"vote":"#);
     serde_json::to_writer(&mut out, &rpc.vote).map_err(fail)?;
     out.extend_from_slice(br#","prev_log_id":"#);
@@ -134,7 +161,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        let body = encode_append_entries(&rpc).map_err(RPCError::Network)?;
+        let body = encode_append_entries(&rpc, self.append_buffer()).map_err(RPCError::Network)?;
         if body.len() > APPEND_ENTRIES_CAP && rpc.entries.len() > 1 {
             let hint = (rpc.entries.len() as u64 / 2).max(1);
             return Err(RPCError::PayloadTooLarge(
@@ -144,7 +171,9 @@ impl RaftNetwork<TypeConfig> for Peer {
         // The entries share their proposals with the log's cache (`Batch`): let go of them
         // before waiting, so the state machine can take them over once they commit.
         drop(rpc);
-        self.call(paths::APPEND, &body, option.hard_ttl()).await
+        let body = bytes::Bytes::from(body);
+        self.last_append = Some(body.clone());
+        self.call(paths::APPEND, body, option.hard_ttl()).await
     }
 
     async fn install_snapshot(
@@ -153,7 +182,8 @@ impl RaftNetwork<TypeConfig> for Peer {
         option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
         let body = encode(&rpc).map_err(RPCError::Network)?;
-        self.call(paths::SNAPSHOT, &body, option.hard_ttl()).await
+        self.call(paths::SNAPSHOT, body.into(), option.hard_ttl())
+            .await
     }
 
     async fn vote(
@@ -162,7 +192,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
         let body = encode(&rpc).map_err(RPCError::Network)?;
-        self.call(paths::VOTE, &body, option.hard_ttl()).await
+        self.call(paths::VOTE, body.into(), option.hard_ttl()).await
     }
 }
 
@@ -173,6 +203,27 @@ mod tests {
     use crate::kube::object::ObjectKey;
     use crate::raft::types::{Batch, Entry, LogId, Proposal, Vote};
     use openraft::CommittedLeaderId;
+
+    /// The next AppendEntries body reuses the last one's memory once nothing else holds it,
+    /// and gets a buffer of its own while the last body is still being sent.
+    #[test]
+    fn an_append_buffer_is_the_last_body_once_the_connection_let_go_of_it() {
+        assert_eq!(reclaim(None).capacity(), 0);
+        let mut body = Vec::with_capacity(64 << 10);
+        body.extend_from_slice(b"an earlier body");
+        let sent = bytes::Bytes::from(body);
+        let address = sent.as_ptr();
+        let held_by_connection = sent.clone();
+        let fresh = reclaim(Some(sent.clone()));
+        assert_ne!(fresh.as_ptr(), address, "still held by the connection");
+        drop(held_by_connection);
+        let reused = reclaim(Some(sent));
+        assert_eq!(reused.as_ptr(), address);
+        assert!(reused.capacity() >= 64 << 10);
+        assert!(reused.is_empty());
+        let too_big = bytes::Bytes::from(Vec::<u8>::with_capacity(APPEND_ENTRIES_CAP * 2 + 1));
+        assert_eq!(reclaim(Some(too_big)).capacity(), 0);
+    }
 
     /// The receiving side decodes with serde, so the hand-written request must be exactly
     /// serde's bytes, whatever the entries are.
@@ -207,7 +258,7 @@ mod tests {
                 entries,
                 leader_commit: commit,
             };
-            let ours = encode_append_entries(&rpc).unwrap();
+            let ours = encode_append_entries(&rpc, b"left over".to_vec()).unwrap();
             assert_eq!(
                 String::from_utf8_lossy(&ours),
                 String::from_utf8_lossy(&serde_json::to_vec(&rpc).unwrap())

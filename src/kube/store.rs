@@ -9,6 +9,7 @@
 //! Objects live in persistent maps (`imbl`), so `snapshot()` is O(1): lists, snapshot builders
 //! and checkpoints read a frozen view without holding the lock while new Mutations apply.
 
+use std::collections::HashSet;
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,6 +110,9 @@ impl StoreSnapshot {
     }
 }
 
+/// The store resource of namespaces.
+const NAMESPACES: &str = "namespaces";
+
 fn resource_bounds(
     resource: &str,
     namespace: Option<&str>,
@@ -129,6 +133,9 @@ fn resource_bounds(
 struct State {
     resource_version: u64,
     objects: OrdMap<ObjectKey, ObjectRef>,
+    /// The names of the stored namespaces that are not being deleted: every create in a
+    /// namespace checks it, and a hash lookup is much cheaper than a search of `objects`.
+    open_namespaces: HashSet<String>,
     labels: LabelIndex,
     history: History,
     live: broadcast::Sender<Arc<WatchEvent>>,
@@ -157,6 +164,7 @@ impl Store {
             state: RwLock::new(State {
                 resource_version: 0,
                 objects: OrdMap::new(),
+                open_namespaces: HashSet::new(),
                 labels: OrdMap::new(),
                 history: History::new(config.history_window, 0),
                 live,
@@ -243,6 +251,7 @@ impl Store {
         let mut state = self.state.write();
         *state = State {
             resource_version,
+            open_namespaces: open_namespaces(&map),
             objects: map,
             labels,
             history: History::new(self.config.history_window, resource_version),
@@ -313,13 +322,26 @@ fn apply_locked(
             object,
             requires_open_namespace,
         } => {
-            if state.objects.contains_key(&key) {
+            // An existing object is found by the insert below (one tree search instead of
+            // two): the errors found before it only stand when the key is free.
+            if requires_open_namespace && !namespace_open(state, &key.namespace) {
+                return Err(already_exists_or(state, key, ApplyError::NamespaceNotOpen));
+            }
+            let stored = match stored_form(key, object, next_rv, prepared, garbage) {
+                Ok(stored) => Arc::new(stored),
+                Err(ApplyError::Invalid { key, reason }) => {
+                    return Err(already_exists_or(state, key, |key| ApplyError::Invalid {
+                        key,
+                        reason,
+                    }))
+                }
+                Err(other) => return Err(other),
+            };
+            if let Some(existing) = state.objects.insert(stored.key.clone(), stored.clone()) {
+                let key = existing.key.clone();
+                state.objects.insert(key.clone(), existing);
                 return Err(ApplyError::AlreadyExists(key));
             }
-            if requires_open_namespace && !namespace_open(state, &key.namespace) {
-                return Err(ApplyError::NamespaceNotOpen(key));
-            }
-            let stored = stored_form(key, object, next_rv, prepared, garbage)?;
             (EventKind::Added, stored, None)
         }
         Mutation::Update {
@@ -328,16 +350,15 @@ fn apply_locked(
             precondition,
         } => {
             let current = existing(state, &key, &precondition)?;
-            let stored = stored_form(key, object, next_rv, prepared, garbage)?;
+            let stored = Arc::new(stored_form(key, object, next_rv, prepared, garbage)?);
             (EventKind::Modified, stored, Some(current))
         }
         Mutation::Delete { key, precondition } => {
             let current = existing(state, &key, &precondition)?;
-            let stored = stamp(key, current.value(), next_rv)?;
+            let stored = Arc::new(stamp(key, current.value(), next_rv)?);
             (EventKind::Deleted, stored, Some(current))
         }
     };
-    let stored = Arc::new(stored);
     if let Some(prev) = &prev {
         index_labels(&mut state.labels, prev, false);
     }
@@ -345,10 +366,14 @@ fn apply_locked(
         EventKind::Deleted => {
             state.objects.remove(&stored.key);
         }
-        EventKind::Added | EventKind::Modified => {
+        EventKind::Added => index_labels(&mut state.labels, &stored, true),
+        EventKind::Modified => {
             index_labels(&mut state.labels, &stored, true);
             state.objects.insert(stored.key.clone(), stored.clone());
         }
+    }
+    if stored.key.resource == NAMESPACES {
+        track_namespace(&mut state.open_namespaces, &stored, kind);
     }
     state.resource_version = next_rv;
     let event = Arc::new(WatchEvent {
@@ -362,12 +387,42 @@ fn apply_locked(
     Ok(stored)
 }
 
+/// The error `otherwise` makes of `key`, unless an object already has that key: a create
+/// reports that first.
+fn already_exists_or(
+    state: &State,
+    key: ObjectKey,
+    otherwise: impl FnOnce(ObjectKey) -> ApplyError,
+) -> ApplyError {
+    if state.objects.contains_key(&key) {
+        ApplyError::AlreadyExists(key)
+    } else {
+        otherwise(key)
+    }
+}
+
 /// Whether the namespace `name` is stored and not being deleted (no deletionTimestamp).
 fn namespace_open(state: &State, name: &str) -> bool {
-    state
-        .objects
-        .get(&ObjectKey::new("namespaces", "", name))
-        .is_some_and(|ns| !ns.is_deleting())
+    state.open_namespaces.contains(name)
+}
+
+/// Keeps `open` (the namespaces stored and not being deleted) up to date with a write of the
+/// namespace `stored`.
+fn track_namespace(open: &mut HashSet<String>, stored: &StoredObject, kind: EventKind) {
+    if kind != EventKind::Deleted && !stored.is_deleting() {
+        open.insert(stored.key.name.clone());
+    } else {
+        open.remove(&stored.key.name);
+    }
+}
+
+/// The namespaces among `objects` that are not being deleted.
+fn open_namespaces(objects: &OrdMap<ObjectKey, ObjectRef>) -> HashSet<String> {
+    objects
+        .range(resource_bounds(NAMESPACES, None))
+        .filter(|(_, ns)| !ns.is_deleting())
+        .map(|(key, _)| key.name.clone())
+        .collect()
 }
 
 fn existing(
@@ -542,6 +597,83 @@ mod tests {
         );
         // Entries written before the requirement existed apply as they did then.
         assert!(store.apply(create(false)).is_ok());
+    }
+
+    /// The open-namespace set the creates consult follows deletes and restores, and a create
+    /// of an existing key leaves the stored object as it was, whatever else is wrong with it.
+    #[test]
+    fn open_namespaces_follow_deletes_and_restores_and_a_duplicate_create_changes_nothing() {
+        let store = Store::new(StoreConfig::default());
+        let namespace = |name: &str, deletion: Value| json!({"metadata": {"name": name, "uid": format!("ns-{name}"), "deletionTimestamp": deletion}});
+        let create_ns = |name: &str, deletion: Value| Mutation::Create {
+            key: ObjectKey::new("namespaces", "", name),
+            object: namespace(name, deletion),
+            requires_open_namespace: false,
+        };
+        let create = |name: &str| Mutation::Create {
+            key: key(name),
+            object: cm(name, json!({})),
+            requires_open_namespace: true,
+        };
+        store.apply(create_ns("default", Value::Null)).unwrap();
+        let original = store.apply(create("a")).unwrap();
+        let duplicate = Mutation::Create {
+            key: key("a"),
+            object: cm("a", json!({"changed": "yes"})),
+            requires_open_namespace: true,
+        };
+        assert_eq!(
+            store.apply(duplicate),
+            Err(ApplyError::AlreadyExists(key("a")))
+        );
+        assert_eq!(store.get(&key("a")), Some(original.clone()));
+        assert_eq!(
+            store.resource_version(),
+            2,
+            "a refused create takes no version"
+        );
+
+        store
+            .apply(Mutation::Delete {
+                key: ObjectKey::new("namespaces", "", "default"),
+                precondition: Precondition::none(),
+            })
+            .unwrap();
+        assert_eq!(
+            store.apply(create("a")),
+            Err(ApplyError::AlreadyExists(key("a"))),
+            "an existing key is reported before a closed namespace"
+        );
+        assert_eq!(
+            store.apply(create("b")),
+            Err(ApplyError::NamespaceNotOpen(key("b")))
+        );
+
+        let restored = Store::new(StoreConfig::default());
+        let mut objects: Vec<StoredObject> =
+            store.snapshot().iter().map(|o| (**o).clone()).collect();
+        for (name, deletion) in [
+            ("open", Value::Null),
+            ("closing", json!("2026-01-01T00:00:00Z")),
+        ] {
+            let scratch = Store::new(StoreConfig::default());
+            objects.push((*scratch.apply(create_ns(name, deletion)).unwrap()).clone());
+        }
+        restored.restore(10, objects);
+        let create_in = |ns: &str| Mutation::Create {
+            key: ObjectKey::new("configmaps", ns, "c"),
+            object: json!({"metadata": {"name": "c", "namespace": ns, "uid": "c"}}),
+            requires_open_namespace: true,
+        };
+        assert!(restored.apply(create_in("open")).is_ok());
+        assert!(matches!(
+            restored.apply(create_in("closing")),
+            Err(ApplyError::NamespaceNotOpen(_))
+        ));
+        assert!(matches!(
+            restored.apply(create_in("default")),
+            Err(ApplyError::NamespaceNotOpen(_))
+        ));
     }
 
     #[test]
