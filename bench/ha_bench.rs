@@ -343,7 +343,10 @@ fn main() {
         .nth(1)
         .unwrap_or_else(|| "bench/HA.md".to_string());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Sized explicitly, so that TOKIO_WORKER_THREADS given to the members (an experiment in
+    // bench/HA.md) leaves the client as it is.
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
         .enable_all()
         .build()
         .expect("runtime");

@@ -7,7 +7,8 @@
 //!
 //! `STORE_BENCH_ROUNDS` (default 5) rounds of `STORE_BENCH_CREATES` (default 50,000) creates
 //! each, into stores preloaded with 0 and 50,000 objects; each row gives the median round and
-//! the range.
+//! the range. Then the resident memory a stored object costs, with and without a label,
+//! each measured in a fresh child process (this program re-executed with `memory`).
 
 use std::time::Instant;
 
@@ -18,6 +19,8 @@ use litek8s::kube::store::{Store, StoreConfig};
 use serde_json::{json, Value};
 
 const BATCH: usize = 32;
+/// Creates stored by the memory measurement.
+const MEMORY_OBJECTS: usize = 100_000;
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -26,15 +29,22 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn configmap(name: &str) -> Value {
-    json!({"apiVersion":"v1","kind":"ConfigMap",
-           "metadata":{"name":name,"namespace":"bench","uid":format!("uid-{name}"),
-                       "labels":{"app":"store-bench"}},
-           "data":{"payload":"x".repeat(880)}})
+fn configmap(name: &str, labelled: bool) -> Value {
+    let mut object = json!({"apiVersion":"v1","kind":"ConfigMap",
+           "metadata":{"name":name,"namespace":"bench","uid":format!("uid-{name}")},
+           "data":{"payload":"x".repeat(880)}});
+    if labelled {
+        object["metadata"]["labels"] = json!({"app": "store-bench"});
+    }
+    object
 }
 
 fn create(name: &str) -> (Mutation, PreparedCache) {
-    let object = configmap(name);
+    create_with(name, true)
+}
+
+fn create_with(name: &str, labelled: bool) -> (Mutation, PreparedCache) {
+    let object = configmap(name, labelled);
     let prepared = PreparedCache::new(PreparedObject::prepare("configmaps", &object));
     let mutation = Mutation::Create {
         key: ObjectKey::new("configmaps", "bench", name),
@@ -44,8 +54,12 @@ fn create(name: &str) -> (Mutation, PreparedCache) {
     (mutation, prepared)
 }
 
-/// A store holding the namespace and `preload` ConfigMaps.
+/// A store holding the namespace and `preload` labelled ConfigMaps.
 fn store_with(preload: usize) -> Store {
+    store_of(preload, true)
+}
+
+fn store_of(preload: usize, labelled: bool) -> Store {
     let store = Store::new(StoreConfig::default());
     let namespace = Mutation::Create {
         key: ObjectKey::new("namespaces", "", "bench"),
@@ -55,7 +69,10 @@ fn store_with(preload: usize) -> Store {
     };
     store.apply(namespace).expect("namespace");
     for chunk in (0..preload).collect::<Vec<_>>().chunks(BATCH) {
-        let batch: Vec<_> = chunk.iter().map(|i| create(&format!("pre-{i}"))).collect();
+        let batch: Vec<_> = chunk
+            .iter()
+            .map(|i| create_with(&format!("pre-{i}"), labelled))
+            .collect();
         for result in store.apply_prepared_batch(batch) {
             result.expect("preload");
         }
@@ -103,14 +120,42 @@ fn resident_bytes() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-/// Resident bytes per stored object: the growth of this process while a store takes `count`
-/// creates (the store kept alive until measured).
-fn bytes_per_object(count: usize) -> f64 {
+/// The child (`store_bench memory labelled|plain`): prints the resident bytes per stored
+/// object, the growth of this fresh process while a store takes `MEMORY_OBJECTS` creates.
+fn memory_child(labelled: bool) {
     let before = resident_bytes();
-    let store = store_with(count);
+    let store = store_of(MEMORY_OBJECTS, labelled);
     let after = resident_bytes();
     std::hint::black_box(&store);
-    after.saturating_sub(before) as f64 / count as f64
+    println!(
+        "{}",
+        after.saturating_sub(before) as f64 / MEMORY_OBJECTS as f64
+    );
+}
+
+/// Runs `memory_child` in a fresh process, so that no memory freed earlier is reused.
+fn bytes_per_object(labelled: bool) -> f64 {
+    let kind = if labelled { "labelled" } else { "plain" };
+    let output = std::env::current_exe()
+        .and_then(|exe| {
+            std::process::Command::new(exe)
+                .args(["memory", kind])
+                .output()
+        })
+        .unwrap_or_else(|e| {
+            eprintln!("store_bench: cannot run the memory child: {e}");
+            std::process::exit(1);
+        });
+    String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| {
+            eprintln!(
+                "store_bench: the memory child failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            std::process::exit(1);
+        })
 }
 
 fn main() {
@@ -118,6 +163,10 @@ fn main() {
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
+            "memory" => {
+                memory_child(args.next().as_deref() == Some("labelled"));
+                return;
+            }
             "--out" => out = args.next(),
             other => {
                 eprintln!("store_bench: unknown argument {other}");
@@ -125,9 +174,8 @@ fn main() {
             }
         }
     }
-    // First, while this process's heap is fresh: memory freed by the rounds below would be
-    // reused by a later store.
-    let per_object = bytes_per_object(100_000);
+    let labelled = bytes_per_object(true);
+    let plain = bytes_per_object(false);
     let rounds = env_usize("STORE_BENCH_ROUNDS", 5).max(1);
     let creates = env_usize("STORE_BENCH_CREATES", 50_000).max(BATCH);
     let mut md = format!(
@@ -149,8 +197,9 @@ fn main() {
         md.push_str(&line);
     }
     let line = format!(
-        "\nResident memory per stored object (100,000 creates into a fresh store, its namespace \
-         open): {per_object:.0} bytes; the stored JSON of one is {} bytes.\n",
+        "\nResident memory per stored object ({MEMORY_OBJECTS} creates into a fresh store in a \
+         fresh process): {labelled:.0} bytes with one label, {plain:.0} bytes without; the \
+         stored JSON of one is {} bytes with the label.\n",
         stored_json_len()
     );
     print!("{line}");
