@@ -9,14 +9,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=$1
 shift
-out=$(mktemp /tmp/litek8s-alloc-stat.XXXXXX.md)
-env "$@" LITEK8S_BIN="$bin" HA_MEMBERS=3 HA_CONNS=64 HA_READS=0 HA_KILLS=0 HA_TERMS=0 \
-    HA_SIDE_ROUNDS=0 timeout 300 "$ROOT/target/release/ha_bench" "$out" >/dev/null 2>&1 &
-bench=$!
-for _ in $(seq 1 100); do
-    [ "$(pgrep -f "^$bin apiserver" | wc -l)" -ge 3 ] && break
-    sleep 0.1
-done
+# shellcheck source=bench/experiments/members-phase.sh
+. "$ROOT/bench/experiments/members-phase.sh"
+start_members_phase "$bin" "$@"
 sleep 2.5
 pids=$(pgrep -f "^$bin apiserver" | paste -sd,)
 thp() { awk '/^thp_fault_alloc /{print $2}' /proc/vmstat; }
@@ -24,6 +19,4 @@ before=$(thp)
 perf stat -e 'syscalls:sys_enter_madvise,page-faults' -p "$pids" -- sleep 2 2>&1 |
     grep -E 'madvise|page-faults'
 echo "huge pages faulted in (system-wide): $(($(thp) - before))"
-wait $bench || true
-grep -E '^\| 3 \|' "$out"
-rm -f "$out"
+finish_members_phase

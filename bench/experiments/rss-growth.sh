@@ -7,14 +7,9 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=$1
-out=$(mktemp /tmp/litek8s-rss-growth.XXXXXX.md)
-LITEK8S_BIN="$bin" HA_MEMBERS=3 HA_CONNS=64 HA_READS=0 HA_KILLS=0 HA_TERMS=0 \
-    HA_SIDE_ROUNDS=0 timeout 300 "$ROOT/target/release/ha_bench" "$out" >/dev/null 2>&1 &
-bench=$!
-for _ in $(seq 1 100); do
-    [ "$(pgrep -f "^$bin apiserver" | wc -l)" -ge 3 ] && break
-    sleep 0.1
-done
+# shellcheck source=bench/experiments/members-phase.sh
+. "$ROOT/bench/experiments/members-phase.sh"
+start_members_phase "$bin"
 echo "second  VmRSS of each member (KiB)"
 for s in $(seq 1 9); do
     sleep 1
@@ -24,6 +19,4 @@ for s in $(seq 1 9); do
     done
     echo "$s $line"
 done
-wait $bench || true
-grep -E '^\| 3 \|' "$out"
-rm -f "$out"
+finish_members_phase
