@@ -39,11 +39,7 @@ fn configmap(name: &str, labelled: bool) -> Value {
     object
 }
 
-fn create(name: &str) -> (Mutation, PreparedCache) {
-    create_with(name, true)
-}
-
-fn create_with(name: &str, labelled: bool) -> (Mutation, PreparedCache) {
+fn create(name: &str, labelled: bool) -> (Mutation, PreparedCache) {
     let object = configmap(name, labelled);
     let prepared = PreparedCache::new(PreparedObject::prepare("configmaps", &object));
     let mutation = Mutation::Create {
@@ -54,12 +50,8 @@ fn create_with(name: &str, labelled: bool) -> (Mutation, PreparedCache) {
     (mutation, prepared)
 }
 
-/// A store holding the namespace and `preload` labelled ConfigMaps.
-fn store_with(preload: usize) -> Store {
-    store_of(preload, true)
-}
-
-fn store_of(preload: usize, labelled: bool) -> Store {
+/// A store holding the namespace and `preload` ConfigMaps, labelled or not.
+fn store_with(preload: usize, labelled: bool) -> Store {
     let store = Store::new(StoreConfig::default());
     let namespace = Mutation::Create {
         key: ObjectKey::new("namespaces", "", "bench"),
@@ -71,7 +63,7 @@ fn store_of(preload: usize, labelled: bool) -> Store {
     for chunk in (0..preload).collect::<Vec<_>>().chunks(BATCH) {
         let batch: Vec<_> = chunk
             .iter()
-            .map(|i| create_with(&format!("pre-{i}"), labelled))
+            .map(|i| create(&format!("pre-{i}"), labelled))
             .collect();
         for result in store.apply_prepared_batch(batch) {
             result.expect("preload");
@@ -82,14 +74,14 @@ fn store_of(preload: usize, labelled: bool) -> Store {
 
 /// Seconds to apply `creates` creates to a store preloaded with `preload` objects.
 fn round(preload: usize, creates: usize, round: usize) -> f64 {
-    let store = store_with(preload);
+    let store = store_with(preload, true);
     let batches: Vec<Vec<_>> = (0..creates)
         .collect::<Vec<_>>()
         .chunks(BATCH)
         .map(|chunk| {
             chunk
                 .iter()
-                .map(|i| create(&format!("r{round}-{i:07}")))
+                .map(|i| create(&format!("r{round}-{i:07}"), true))
                 .collect()
         })
         .collect();
@@ -104,8 +96,8 @@ fn round(preload: usize, creates: usize, round: usize) -> f64 {
 
 /// The length of one stored create's JSON.
 fn stored_json_len() -> usize {
-    let store = store_with(0);
-    let mut results = store.apply_prepared_batch([create("probe")]);
+    let store = store_with(0, true);
+    let mut results = store.apply_prepared_batch([create("probe", true)]);
     results
         .pop()
         .and_then(Result::ok)
@@ -124,7 +116,7 @@ fn resident_bytes() -> u64 {
 /// object, the growth of this fresh process while a store takes `MEMORY_OBJECTS` creates.
 fn memory_child(labelled: bool) {
     let before = resident_bytes();
-    let store = store_of(MEMORY_OBJECTS, labelled);
+    let store = store_with(MEMORY_OBJECTS, labelled);
     let after = resident_bytes();
     std::hint::black_box(&store);
     println!(

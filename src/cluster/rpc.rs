@@ -122,10 +122,8 @@ fn decode_chunks<T: DeserializeOwned>(mut chunks: impl Buf) -> Result<T, serde_j
         return serde_json::from_slice(chunks.chunk());
     }
     SCRATCH.with(|scratch| {
-        let Ok(mut joined) = scratch.try_borrow_mut() else {
-            // Only a decode running inside another decode on this thread gets here.
-            return serde_json::from_slice(&chunks.copy_to_bytes(chunks.remaining()));
-        };
+        // Never borrowed twice: nothing below awaits or decodes another body.
+        let mut joined = scratch.borrow_mut();
         joined.clear();
         while chunks.has_remaining() {
             let chunk = chunks.chunk();

@@ -627,6 +627,25 @@ mod tests {
             Err(ApplyError::AlreadyExists(key("a")))
         );
         assert_eq!(store.get(&key("a")), Some(original.clone()));
+        let invalid_duplicate = Mutation::Create {
+            key: key("a"),
+            object: json!({"kind": "ConfigMap"}),
+            requires_open_namespace: true,
+        };
+        assert_eq!(
+            store.apply(invalid_duplicate),
+            Err(ApplyError::AlreadyExists(key("a"))),
+            "an existing key is reported before an invalid object"
+        );
+        assert!(matches!(
+            store.apply(Mutation::Create {
+                key: key("fresh"),
+                object: json!({"kind": "ConfigMap"}),
+                requires_open_namespace: true,
+            }),
+            Err(ApplyError::Invalid { .. })
+        ));
+        assert_eq!(store.get(&key("a")), Some(original.clone()));
         assert_eq!(
             store.resource_version(),
             2,
