@@ -177,7 +177,11 @@ fn answer_complete(raw: &[u8]) -> bool {
             .eq_ignore_ascii_case("content-length")
             .then(|| v.trim().parse::<usize>().ok())?
     });
-    length.is_some_and(|len| raw.len() >= head_end + 4 + len)
+    // A length no answer could have (up to usize::MAX) must not overflow the sum: such an
+    // answer is never complete, and reading ends at the read limit or the server's close.
+    length
+        .and_then(|len| len.checked_add(head_end + 4))
+        .is_some_and(|end| raw.len() >= end)
 }
 
 /// Parses a whole HTTP/1.x answer: status line, headers, body (chunked or not).
@@ -300,6 +304,10 @@ mod tests {
         assert!(!answer_complete(b"HTTP/1.1 200 OK\r\n\r\nok"));
         assert!(!answer_complete(
             b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\nok"
+        ));
+        // The largest length that parses: no overflow, never complete.
+        assert!(!answer_complete(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 18446744073709551615\r\n\r\nok"
         ));
     }
 
