@@ -98,7 +98,7 @@ pub(super) fn last_nonzero(file: &File, from: u64, file_len: u64) -> io::Result<
     while at < file_len {
         let n = (file_len - at).min(buf.len() as u64) as usize;
         file.read_exact_at(&mut buf[..n], at)?;
-        if let Some(i) = buf[..n].iter().rposition(|b| *b != 0) {
+        if let Some(i) = crate::storage::zeros::last_nonzero_byte(&buf[..n]) {
             last = Some(at + i as u64 + 1);
         }
         at += n as u64;
