@@ -13,8 +13,9 @@
 //!
 //! A crash is any panic, any 500 answer, an error answer that is not a `Status` with the
 //! answer's own code, an object a write stored that does not read back as the write answered
-//! or is refused when written back unchanged, or a store that differs from the one
-//! `objects.wal` replays afterwards.
+//! or is refused when written back unchanged, a store that differs from the one
+//! `objects.wal` replays afterwards, or an HA leader's apply of a write (object prepared)
+//! that differs from a replay of its log entry.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,9 +24,13 @@ use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use litek8s::api::{router, ApiContext, ApiSettings, User};
+use litek8s::kube::mutation::{ApplyError, Mutation};
+use litek8s::kube::object::{ObjectRef, StoredObject};
 use litek8s::kube::resources::RESOURCES;
 use litek8s::kube::store::{Store, StoreConfig};
 use litek8s::kube::wal::{WalConfig, WalWriter};
+use litek8s::kube::writer::{WriteFuture, Writer};
+use litek8s::raft::types::Proposal;
 
 const MAX_CALLS: usize = 6;
 
@@ -339,20 +344,60 @@ async fn check_round_trip(ctx: &Arc<ApiContext>, call: &Call<'_>, answer: &Answe
     );
 }
 
-fn objects(store: &Store) -> Vec<(String, String, String, u64, Bytes)> {
-    store
-        .snapshot()
-        .iter()
-        .map(|o| {
-            (
-                o.key.resource.clone(),
-                o.key.namespace.clone(),
-                o.key.name.clone(),
-                o.resource_version,
-                o.json.clone(),
+/// The single server's writer, which also applies every Mutation to two more stores the two
+/// ways members of an HA cluster do: as the leader that proposed it (object prepared before
+/// the log entry is encoded, `Proposal::prepare_object`) and as a log replay (the Proposal
+/// decoded from the entry's JSON, plain path). Both must give the same results and, in the
+/// end, byte-identical stores.
+struct MirrorWriter {
+    wal: WalWriter,
+    leader: Arc<Store>,
+    replay: Arc<Store>,
+}
+
+impl Writer for MirrorWriter {
+    fn write(&self, mutation: Mutation) -> WriteFuture<'_> {
+        let mut proposal = Proposal::new(mutation.clone());
+        proposal.prepare_object();
+        let mut entry = Vec::new();
+        proposal.write_json(&mut entry);
+        let decoded: Proposal = serde_json::from_slice(&entry).unwrap_or_else(|e| {
+            panic!(
+                "a proposal's JSON does not decode ({e}): {}",
+                String::from_utf8_lossy(&entry)
             )
+        });
+        let as_leader = self
+            .leader
+            .apply_prepared_batch([(proposal.mutation.clone(), proposal.prepared.clone())]);
+        let as_replay = self.replay.apply_batch([decoded.mutation]);
+        assert_eq!(
+            outcomes(as_leader),
+            outcomes(as_replay),
+            "the leader's prepared apply and a replay of its log entry differ for {}",
+            String::from_utf8_lossy(&entry)
+        );
+        self.wal.write(mutation)
+    }
+}
+
+/// What applies gave, in a comparable form: each stored object, or the refusal.
+fn outcomes(results: Vec<Result<ObjectRef, ApplyError>>) -> Vec<Result<StoredObject, String>> {
+    results
+        .into_iter()
+        .map(|r| {
+            r.map(|o| StoredObject::clone(&o))
+                .map_err(|e| e.to_string())
         })
         .collect()
+}
+
+/// Every stored object with all it carries (key, version, uid, labels, selectable fields,
+/// JSON), and the store's resourceVersion.
+fn objects(store: &Store) -> (u64, Vec<StoredObject>) {
+    let snapshot = store.snapshot();
+    let objects = snapshot.iter().map(|o| StoredObject::clone(o)).collect();
+    (snapshot.resource_version, objects)
 }
 
 /// Runs one input; panics when it shows a bug.
@@ -368,6 +413,15 @@ pub fn run(data: &[u8]) {
     let store = Arc::new(Store::new(StoreConfig::default()));
     let (writer, _) =
         WalWriter::open(dir.path(), store.clone(), wal_config()).expect("a fresh WAL opens");
+    let (leader, replay) = (
+        Arc::new(Store::new(StoreConfig::default())),
+        Arc::new(Store::new(StoreConfig::default())),
+    );
+    let writer = MirrorWriter {
+        wal: writer,
+        leader: leader.clone(),
+        replay: replay.clone(),
+    };
     let ctx = Arc::new(ApiContext::new(store.clone(), Arc::new(writer), settings()));
     // A runtime of its own per input: dropping it ends every task the requests started (a
     // namespace purge waits for finalizers as long as they stay), so the writer can close.
@@ -402,5 +456,10 @@ pub fn run(data: &[u8]) {
         live,
         objects(&replayed),
         "objects.wal replays a different store"
+    );
+    assert_eq!(
+        objects(&leader),
+        objects(&replay),
+        "the HA leader's store and a log replay's differ"
     );
 }
