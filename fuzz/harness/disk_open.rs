@@ -1,7 +1,9 @@
 //! The on-disk file check, shared by the `disk_open` fuzz target and `tests/fuzz_corpus.rs`:
 //! opening a single server's `objects.wal` or the Raft log's segment files, whatever their
-//! bytes, either succeeds or fails with an error; it never panics. When it succeeds, opening again gives exactly the same contents
-//! (recovery that cut a torn tail must not find anything different the second time).
+//! bytes, either succeeds or fails with an error; it never panics. When it succeeds, the file
+//! takes one more write, and opening it again gives exactly what it held then (recovery that
+//! cut a torn tail must leave a file that appends land in correctly, and must not find anything
+//! different the second time).
 //!
 //! Input: byte 0 picks the file (even: `objects.wal`, odd: Raft log segments, numbered from
 //! 1 + byte 0 / 2); the rest is the file's contents. For the Raft log, `\n--SEG--\n` splits
@@ -14,7 +16,7 @@ use litek8s::kube::mutation::Mutation;
 use litek8s::kube::object::ObjectKey;
 use litek8s::kube::store::{Store, StoreConfig};
 use litek8s::kube::wal::{WalConfig, WalWriter};
-use litek8s::kube::writer::Writer;
+use litek8s::kube::writer::{WriteError, Writer};
 use litek8s::raft::log::{LogConfig, LogStore};
 use litek8s::raft::types::{Batch, Entry, LogId, Proposal, Vote};
 use openraft::{CommittedLeaderId, EntryPayload};
@@ -67,27 +69,53 @@ fn verbose(error: &dyn std::fmt::Display) {
 /// What a WAL holds: the store's resourceVersion and every object's key, version and JSON.
 type WalContents = (u64, Vec<(ObjectKey, u64, bytes::Bytes)>);
 
-/// Everything a reopened WAL must reproduce.
-fn wal_contents(dir: &Path) -> Option<WalContents> {
-    let store = Arc::new(Store::new(StoreConfig::default()));
-    let (writer, _) = WalWriter::open(dir, store.clone(), wal_config())
-        .map_err(|e| verbose(&e))
-        .ok()?;
-    drop(writer);
+fn wal_contents(store: &Store) -> WalContents {
     let snapshot = store.snapshot();
     let objects = snapshot
         .iter()
         .map(|o| (o.key.clone(), o.resource_version, o.json.clone()))
         .collect();
-    Some((snapshot.resource_version, objects))
+    (snapshot.resource_version, objects)
+}
+
+fn open_wal(dir: &Path) -> Option<(Arc<Store>, WalWriter)> {
+    let store = Arc::new(Store::new(StoreConfig::default()));
+    let (writer, _) = WalWriter::open(dir, store.clone(), wal_config())
+        .map_err(|e| verbose(&e))
+        .ok()?;
+    Some((store, writer))
+}
+
+/// A WAL that opened takes a new write, and opens again with exactly what it held then.
+fn check_wal(bytes: &[u8]) {
+    let dir = scratch_dir();
+    std::fs::write(dir.path().join("objects.wal"), bytes).expect("write objects.wal");
+    let Some((store, writer)) = open_wal(dir.path()) else {
+        return;
+    };
+    let written = runtime().block_on(writer.write(Mutation::Create {
+        key: ObjectKey::new("namespaces", "", "appended-after-open"),
+        object: json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "appended-after-open"}}),
+        requires_open_namespace: false,
+    }));
+    match written {
+        Ok(_) | Err(WriteError::Rejected(_)) => {}
+        Err(e) => panic!("a write to a WAL that opened failed: {e}"),
+    }
+    let before = wal_contents(&store);
+    drop(writer);
+    let (store, _writer) = open_wal(dir.path()).expect("a WAL that opened once opens again");
+    assert_eq!(
+        before,
+        wal_contents(&store),
+        "a second open found different objects"
+    );
 }
 
 /// Everything a reopened Raft log must reproduce, as JSON for comparison.
-fn log_contents(dir: &Path) -> Option<String> {
-    let log = LogStore::open(dir, log_config())
-        .map_err(|e| verbose(&e))
-        .ok()?;
-    let state = log.log_state().ok()?;
+fn log_contents(log: &LogStore) -> String {
+    let state = log.log_state().expect("the state of a log that opened");
     let first = state.0.map_or(0, |id| id.index + 1);
     let entries = match state.1 {
         Some(last) if last.index >= first => log
@@ -96,26 +124,17 @@ fn log_contents(dir: &Path) -> Option<String> {
             .map_err(|e| e.to_string()),
         _ => Ok(Vec::new()),
     };
-    let contents = json!({
+    json!({
         "state": [state.0, state.1],
         "vote": log.vote(),
         "committed": log.committed(),
         "entries": entries.map(|e| serde_json::to_value(e).expect("entries encode")),
         "failure": log.failure(),
-    });
-    Some(contents.to_string())
+    })
+    .to_string()
 }
 
-fn check_wal(bytes: &[u8]) {
-    let dir = scratch_dir();
-    std::fs::write(dir.path().join("objects.wal"), bytes).expect("write objects.wal");
-    let Some(first) = wal_contents(dir.path()) else {
-        return;
-    };
-    let second = wal_contents(dir.path()).expect("a WAL that opened once opens again");
-    assert_eq!(first, second, "a second open found different objects");
-}
-
+/// A log that opened takes the next entry, and opens again with exactly what it held then.
 fn check_log(first_seq: u64, bytes: &[u8]) {
     let dir = scratch_dir();
     let mut rest = bytes;
@@ -138,11 +157,20 @@ fn check_log(first_seq: u64, bytes: &[u8]) {
             _ => break,
         }
     }
-    let Some(first) = log_contents(dir.path()) else {
+    let Ok(log) = LogStore::open(dir.path(), log_config()).map_err(|e| verbose(&e)) else {
         return;
     };
-    let second = log_contents(dir.path()).expect("a log that opened once opens again");
-    assert_eq!(first, second, "a second open found a different log");
+    let last = log.log_state().expect("the state of a log that opened").1;
+    let (term, index) = last.map_or((1, 1), |id| (id.leader_id.term, id.index + 1));
+    runtime().block_on(append(&log, vec![entry(term, index)]));
+    let before = log_contents(&log);
+    drop(log);
+    let log = LogStore::open(dir.path(), log_config()).expect("a log that opened once opens again");
+    assert_eq!(
+        before,
+        log_contents(&log),
+        "a second open found a different log"
+    );
 }
 
 fn log_id(term: u64, index: u64) -> LogId {
