@@ -32,6 +32,10 @@ use litek8s::kube::wal::{WalConfig, WalWriter};
 use litek8s::kube::writer::{WriteFuture, Writer};
 use litek8s::raft::types::Proposal;
 
+#[path = "scratch.rs"]
+mod scratch;
+use scratch::scratch_dir;
+
 const MAX_CALLS: usize = 6;
 
 const METHODS: &[Method] = &[
@@ -175,16 +179,7 @@ fn split_calls(data: &[u8]) -> Vec<&[u8]> {
     calls
 }
 
-/// A directory in memory when there is one: the WAL's syncs then cost nothing.
-fn scratch_dir() -> tempfile::TempDir {
-    let builder = tempfile::Builder::new().prefix("litek8s-fuzz").clone();
-    builder
-        .tempdir_in("/dev/shm")
-        .or_else(|_| builder.tempdir())
-        .expect("a scratch directory")
-}
-
-/// A small preallocation (cheap to create), and a checkpoint every few writes so that the
+/// A small preallocation (cheap to create), and a checkpoint after every write so that the
 /// replay at the end also restores checkpoints, not only Mutation records.
 fn wal_config() -> WalConfig {
     WalConfig {

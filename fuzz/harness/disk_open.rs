@@ -22,6 +22,10 @@ use litek8s::raft::types::{Batch, Entry, LogId, Proposal, Vote};
 use openraft::{CommittedLeaderId, EntryPayload};
 use serde_json::json;
 
+#[path = "scratch.rs"]
+mod scratch;
+use scratch::scratch_dir;
+
 const SEGMENT_SEPARATOR: &[u8] = b"\n--SEG--\n";
 const SEGMENT_SIZE: u64 = 64 << 10;
 
@@ -33,15 +37,6 @@ fn runtime() -> &'static tokio::runtime::Runtime {
             .build()
             .expect("a tokio runtime")
     })
-}
-
-/// A directory in memory when there is one: syncs then cost nothing.
-fn scratch_dir() -> tempfile::TempDir {
-    let builder = tempfile::Builder::new().prefix("litek8s-fuzz").clone();
-    builder
-        .tempdir_in("/dev/shm")
-        .or_else(|_| builder.tempdir())
-        .expect("a scratch directory")
 }
 
 fn wal_config() -> WalConfig {
