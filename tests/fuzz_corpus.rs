@@ -18,6 +18,8 @@ use rand::{Rng, SeedableRng};
 mod api_request;
 #[path = "../fuzz/harness/disk_open.rs"]
 mod disk_open;
+#[path = "../fuzz/harness/scratch.rs"]
+mod scratch;
 
 fn fuzz_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz")

@@ -4,5 +4,7 @@
 
 #[path = "../harness/api_request.rs"]
 mod harness;
+#[path = "../harness/scratch.rs"]
+mod scratch;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::run(data));

@@ -9,6 +9,8 @@ use std::sync::OnceLock;
 
 #[path = "../harness/disk_open.rs"]
 mod harness;
+#[path = "../harness/scratch.rs"]
+mod scratch;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     static SEEDS: OnceLock<()> = OnceLock::new();

@@ -32,9 +32,7 @@ use litek8s::kube::wal::{WalConfig, WalWriter};
 use litek8s::kube::writer::{WriteFuture, Writer};
 use litek8s::raft::types::Proposal;
 
-#[path = "scratch.rs"]
-mod scratch;
-use scratch::scratch_dir;
+use crate::scratch::scratch_dir;
 
 const MAX_CALLS: usize = 6;
 

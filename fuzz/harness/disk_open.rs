@@ -22,9 +22,7 @@ use litek8s::raft::types::{Batch, Entry, LogId, Proposal, Vote};
 use openraft::{CommittedLeaderId, EntryPayload};
 use serde_json::json;
 
-#[path = "scratch.rs"]
-mod scratch;
-use scratch::scratch_dir;
+use crate::scratch::scratch_dir;
 
 const SEGMENT_SEPARATOR: &[u8] = b"\n--SEG--\n";
 const SEGMENT_SIZE: u64 = 64 << 10;

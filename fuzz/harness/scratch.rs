@@ -1,4 +1,5 @@
-//! Scratch directories for the fuzz checks.
+//! Scratch directories for the fuzz checks (the crate that includes a check declares this
+//! module at its root, as `scratch`).
 
 /// A directory in memory when there is one: the WAL's and the log's syncs then cost nothing.
 pub fn scratch_dir() -> tempfile::TempDir {
