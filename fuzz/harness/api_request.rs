@@ -26,7 +26,7 @@ use http_body_util::{BodyExt, Full};
 use litek8s::api::{router, ApiContext, ApiSettings, User};
 use litek8s::kube::mutation::{ApplyError, Mutation};
 use litek8s::kube::object::{ObjectRef, StoredObject};
-use litek8s::kube::resources::RESOURCES;
+use litek8s::kube::resources::{ResourceInfo, RESOURCES};
 use litek8s::kube::store::{Store, StoreConfig};
 use litek8s::kube::wal::{WalConfig, WalWriter};
 use litek8s::kube::writer::{WriteFuture, Writer};
@@ -107,22 +107,14 @@ fn parse_call(input: &[u8]) -> Option<Call<'_>> {
     let path = match RESOURCES.get(selectors[1] as usize) {
         None => name_line.to_string(),
         Some(info) => {
-            let mut path = if info.group.is_empty() {
-                format!("/api/{}", info.version)
-            } else {
-                format!("/apis/{}/{}", info.group, info.version)
-            };
             let flags = selectors[2];
-            if info.namespaced {
-                match flags & 3 {
-                    0 => path.push_str("/namespaces/default"),
-                    1 => path.push_str("/namespaces/kube-system"),
-                    2 => path.push_str("/namespaces/missing"),
-                    _ => {}
-                }
-            }
-            path.push('/');
-            path.push_str(info.plural);
+            let namespace = match flags & 3 {
+                0 => Some("default"),
+                1 => Some("kube-system"),
+                2 => Some("missing"),
+                _ => None,
+            };
+            let mut path = collection_path(info, namespace.filter(|_| info.namespaced));
             let name = match (flags >> 2) & 3 {
                 0 => None,
                 1 => Some("a"),
@@ -278,16 +270,25 @@ fn object_path(object: &serde_json::Value) -> Option<String> {
         .iter()
         .find(|r| r.group == group && r.version == version && r.kind == kind)?;
     let name = object["metadata"]["name"].as_str()?;
-    let mut path = if group.is_empty() {
-        format!("/api/{version}")
+    let namespace = if info.namespaced {
+        Some(object["metadata"]["namespace"].as_str()?)
     } else {
-        format!("/apis/{group}/{version}")
+        None
     };
-    if info.namespaced {
-        path.push_str("/namespaces/");
-        path.push_str(object["metadata"]["namespace"].as_str()?);
-    }
-    Some(format!("{path}/{}/{name}", info.plural))
+    Some(format!("{}/{name}", collection_path(info, namespace)))
+}
+
+/// The path of `info`'s collection, in `namespace` when given (all namespaces otherwise).
+fn collection_path(info: &ResourceInfo, namespace: Option<&str>) -> String {
+    let root = if info.group.is_empty() {
+        "/api"
+    } else {
+        "/apis"
+    };
+    let namespace = namespace
+        .map(|ns| format!("/namespaces/{ns}"))
+        .unwrap_or_default();
+    format!("{root}/{}{namespace}/{}", info.api_version(), info.plural)
 }
 
 /// After a write that stored an object: reading it back gives exactly what the write answered,
