@@ -319,7 +319,7 @@ mod tests {
             key: ObjectKey::new("configmaps", "default", "a"),
             resource_version: 1,
             uid: String::new(),
-            labels: [("app".to_string(), app.to_string())].into(),
+            labels: [("app", app)].into_iter().collect(),
             fields: vec![],
             json: Bytes::new(),
         })

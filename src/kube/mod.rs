@@ -8,6 +8,7 @@
 //! - `checkpoint`: a whole store as records (objects.wal checkpoints, Raft snapshots).
 //! - `wal`: `objects.wal`, the single-server write-ahead log with group commit.
 //! - `resources`: the registry of kinds (names, scope, verbs, columns, selectable fields).
+//! - `labels`: an object's labels as the store keeps them (a compact sorted slice).
 //! - `selectors`: label and field selectors.
 //! - `patch`: JSON, merge and strategic merge patches.
 //! - `json_writer`: compact JSON of a Value, as serde_json writes it, with a faster string scan.
@@ -17,6 +18,7 @@
 pub mod checkpoint;
 pub mod drop_later;
 pub mod json_writer;
+pub mod labels;
 pub mod mutation;
 pub mod object;
 pub mod patch;

@@ -5,11 +5,12 @@
 //! indexes and filters on (uid, labels, selectable fields). Everything here is derived
 //! deterministically from the object, so every server of a cluster holds identical values.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+
+use super::labels::Labels;
 
 /// Whether `object` is being deleted: it has a (non-null) `metadata.deletionTimestamp` and
 /// waits for its finalizers.
@@ -58,7 +59,7 @@ impl std::fmt::Display for ObjectKey {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObjectFacts {
     pub uid: String,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     pub fields: Vec<(String, String)>,
 }
 
@@ -77,7 +78,7 @@ impl ObjectFacts {
             .map(|labels| {
                 labels
                     .iter()
-                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v)))
                     .collect()
             })
             .unwrap_or_default();
@@ -96,7 +97,7 @@ pub struct StoredObject {
     /// The store counter value at which this version of the object was written.
     pub resource_version: u64,
     pub uid: String,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// Values of the kind's selectable fields (see `resources::selectable_fields`), e.g.
     /// `("spec.nodeName", "n1")`. `metadata.name`/`metadata.namespace` are not repeated here.
     pub fields: Vec<(String, String)>,
@@ -159,7 +160,7 @@ mod tests {
             key: ObjectKey::new("namespaces", "", "n"),
             resource_version: 1,
             uid: String::new(),
-            labels: BTreeMap::new(),
+            labels: Labels::default(),
             fields: Vec::new(),
             json: Bytes::copy_from_slice(json),
         }

@@ -4,8 +4,7 @@
 //! `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`. Field selectors follow `fields.Parse`:
 //! `f=v`, `f==v`, `f!=v`, with `\` escaping `,`, `=` and `\` in values.
 
-use std::collections::BTreeMap;
-
+use super::labels::Labels;
 use super::object::StoredObject;
 
 /// A selector string that could not be parsed; the API answers 400 with this message.
@@ -25,15 +24,16 @@ pub enum LabelRequirement {
 }
 
 impl LabelRequirement {
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &Labels) -> bool {
+        let one_of = |values: &[String], value: &str| values.iter().any(|v| v == value);
         match self {
             LabelRequirement::Exists(k) => labels.contains_key(k),
             LabelRequirement::NotExists(k) => !labels.contains_key(k),
-            LabelRequirement::Equals(k, v) => labels.get(k) == Some(v),
+            LabelRequirement::Equals(k, v) => labels.get(k) == Some(v.as_str()),
             // Upstream: `!=` also matches objects without the label.
-            LabelRequirement::NotEquals(k, v) => labels.get(k) != Some(v),
-            LabelRequirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
-            LabelRequirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
+            LabelRequirement::NotEquals(k, v) => labels.get(k) != Some(v.as_str()),
+            LabelRequirement::In(k, vs) => labels.get(k).is_some_and(|v| one_of(vs, v)),
+            LabelRequirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !one_of(vs, v)),
         }
     }
 }
@@ -66,7 +66,7 @@ impl LabelSelector {
         self.requirements.is_empty()
     }
 
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &Labels) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 
@@ -327,11 +327,8 @@ mod tests {
     use crate::kube::object::ObjectKey;
     use bytes::Bytes;
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs.iter().copied().collect()
     }
 
     #[test]
@@ -388,7 +385,7 @@ mod tests {
             key: ObjectKey::new("pods", "ns1", "p,1"),
             resource_version: 1,
             uid: String::new(),
-            labels: BTreeMap::new(),
+            labels: Labels::default(),
             fields: vec![("status.phase".into(), "Running".into())],
             json: Bytes::new(),
         };

@@ -504,8 +504,12 @@ fn stamp(
 }
 
 fn index_labels(index: &mut LabelIndex, object: &StoredObject, insert: bool) {
-    for (label, value) in &object.labels {
-        let index_key = (object.key.resource.clone(), label.clone(), value.clone());
+    for (label, value) in object.labels.iter() {
+        let index_key = (
+            object.key.resource.clone(),
+            label.to_string(),
+            value.to_string(),
+        );
         if insert {
             index
                 .entry(index_key)
