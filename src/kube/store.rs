@@ -492,7 +492,10 @@ fn stamp(
         labels,
         fields,
     } = ObjectFacts::of(&key.resource, &object);
-    let json = super::json_writer::to_vec(&object);
+    // The encoder's buffer grows by doubling, so a 1.1 KiB object leaves it with 2 KiB of
+    // capacity, which `Bytes` would keep for as long as the object is stored.
+    let mut json = super::json_writer::to_vec(&object);
+    json.shrink_to_fit();
     Ok(StoredObject {
         key,
         resource_version,
