@@ -150,14 +150,23 @@ fn main() {
         table.push_str(&line);
     }
 
-    let dir = tempfile::tempdir_in(&base).expect("temp dir");
-    let fill = rt.block_on(write_load(dir.path(), 64, 1e9, REPLAY_MUTATIONS));
-    let wal_bytes = std::fs::metadata(dir.path().join("objects.wal"))
+    let replay_dir = tempfile::tempdir_in(&base).expect("temp dir");
+    // WAL_BENCH_KEEP=1 keeps the replayed log and prints its directory, to profile the replay
+    // alone (`wal_bench replay DIR`).
+    let (dir, _removed_on_exit) = if std::env::var_os("WAL_BENCH_KEEP").is_some() {
+        let kept = replay_dir.keep();
+        eprintln!("replay log kept in {}", kept.display());
+        (kept, None)
+    } else {
+        (replay_dir.path().to_path_buf(), Some(replay_dir))
+    };
+    let fill = rt.block_on(write_load(&dir, 64, 1e9, REPLAY_MUTATIONS));
+    let wal_bytes = std::fs::metadata(dir.join("objects.wal"))
         .map(|m| m.len())
         .unwrap_or(0);
     let child = std::process::Command::new(std::env::current_exe().expect("exe"))
         .arg("replay")
-        .arg(dir.path())
+        .arg(&dir)
         .output()
         .expect("replay child");
     let text = String::from_utf8_lossy(&child.stdout);
