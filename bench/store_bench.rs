@@ -7,8 +7,9 @@
 //!
 //! `STORE_BENCH_ROUNDS` (default 5) rounds of `STORE_BENCH_CREATES` (default 50,000) creates
 //! each, into stores preloaded with 0 and 50,000 objects; each row gives the median round and
-//! the range. Then the resident memory a stored object costs, with and without a label,
-//! each measured in a fresh child process (this program re-executed with `memory`).
+//! the range. Then the resident memory a stored object costs with a label all objects share,
+//! with a label value of its own, and without labels, each measured in a fresh child process
+//! (this program re-executed with `memory`).
 
 use std::time::Instant;
 
@@ -29,18 +30,42 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn configmap(name: &str, labelled: bool) -> Value {
+/// The labels of the benchmark's ConfigMaps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Labels {
+    /// `app: store-bench` on every object.
+    Shared,
+    /// `app: <the object's name>`: a value no other object carries.
+    Own,
+    None,
+}
+
+impl Labels {
+    const ALL: [Labels; 3] = [Labels::Shared, Labels::Own, Labels::None];
+
+    fn arg(self) -> &'static str {
+        match self {
+            Labels::Shared => "shared",
+            Labels::Own => "own",
+            Labels::None => "none",
+        }
+    }
+}
+
+fn configmap(name: &str, labels: Labels) -> Value {
     let mut object = json!({"apiVersion":"v1","kind":"ConfigMap",
            "metadata":{"name":name,"namespace":"bench","uid":format!("uid-{name}")},
            "data":{"payload":"x".repeat(880)}});
-    if labelled {
-        object["metadata"]["labels"] = json!({"app": "store-bench"});
+    match labels {
+        Labels::Shared => object["metadata"]["labels"] = json!({"app": "store-bench"}),
+        Labels::Own => object["metadata"]["labels"] = json!({"app": name}),
+        Labels::None => {}
     }
     object
 }
 
-fn create(name: &str, labelled: bool) -> (Mutation, PreparedCache) {
-    let object = configmap(name, labelled);
+fn create(name: &str, labels: Labels) -> (Mutation, PreparedCache) {
+    let object = configmap(name, labels);
     let prepared = PreparedCache::new(PreparedObject::prepare("configmaps", &object));
     let mutation = Mutation::Create {
         key: ObjectKey::new("configmaps", "bench", name),
@@ -50,8 +75,8 @@ fn create(name: &str, labelled: bool) -> (Mutation, PreparedCache) {
     (mutation, prepared)
 }
 
-/// A store holding the namespace and `preload` ConfigMaps, labelled or not.
-fn store_with(preload: usize, labelled: bool) -> Store {
+/// A store holding the namespace and `preload` ConfigMaps labelled with `labels`.
+fn store_with(preload: usize, labels: Labels) -> Store {
     let store = Store::new(StoreConfig::default());
     let namespace = Mutation::Create {
         key: ObjectKey::new("namespaces", "", "bench"),
@@ -63,7 +88,7 @@ fn store_with(preload: usize, labelled: bool) -> Store {
     for chunk in (0..preload).collect::<Vec<_>>().chunks(BATCH) {
         let batch: Vec<_> = chunk
             .iter()
-            .map(|i| create(&format!("pre-{i}"), labelled))
+            .map(|i| create(&format!("pre-{i}"), labels))
             .collect();
         for result in store.apply_prepared_batch(batch) {
             result.expect("preload");
@@ -74,14 +99,14 @@ fn store_with(preload: usize, labelled: bool) -> Store {
 
 /// Seconds to apply `creates` creates to a store preloaded with `preload` objects.
 fn round(preload: usize, creates: usize, round: usize) -> f64 {
-    let store = store_with(preload, true);
+    let store = store_with(preload, Labels::Shared);
     let batches: Vec<Vec<_>> = (0..creates)
         .collect::<Vec<_>>()
         .chunks(BATCH)
         .map(|chunk| {
             chunk
                 .iter()
-                .map(|i| create(&format!("r{round}-{i:07}"), true))
+                .map(|i| create(&format!("r{round}-{i:07}"), Labels::Shared))
                 .collect()
         })
         .collect();
@@ -96,8 +121,8 @@ fn round(preload: usize, creates: usize, round: usize) -> f64 {
 
 /// The length of one stored create's JSON.
 fn stored_json_len() -> usize {
-    let store = store_with(0, true);
-    let mut results = store.apply_prepared_batch([create("probe", true)]);
+    let store = store_with(0, Labels::Shared);
+    let mut results = store.apply_prepared_batch([create("probe", Labels::Shared)]);
     results
         .pop()
         .and_then(Result::ok)
@@ -112,11 +137,11 @@ fn resident_bytes() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-/// The child (`store_bench memory labelled|plain`): prints the resident bytes per stored
+/// The child (`store_bench memory shared|own|none`): prints the resident bytes per stored
 /// object, the growth of this fresh process while a store takes `MEMORY_OBJECTS` creates.
-fn memory_child(labelled: bool) {
+fn memory_child(labels: Labels) {
     let before = resident_bytes();
-    let store = store_with(MEMORY_OBJECTS, labelled);
+    let store = store_with(MEMORY_OBJECTS, labels);
     let after = resident_bytes();
     std::hint::black_box(&store);
     println!(
@@ -126,12 +151,11 @@ fn memory_child(labelled: bool) {
 }
 
 /// Runs `memory_child` in a fresh process, so that no memory freed earlier is reused.
-fn bytes_per_object(labelled: bool) -> f64 {
-    let kind = if labelled { "labelled" } else { "plain" };
+fn bytes_per_object(labels: Labels) -> f64 {
     let output = std::env::current_exe()
         .and_then(|exe| {
             std::process::Command::new(exe)
-                .args(["memory", kind])
+                .args(["memory", labels.arg()])
                 .output()
         })
         .unwrap_or_else(|e| {
@@ -156,7 +180,15 @@ fn main() {
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "memory" => {
-                memory_child(args.next().as_deref() == Some("labelled"));
+                let kind = args.next();
+                let Some(labels) = Labels::ALL
+                    .into_iter()
+                    .find(|l| Some(l.arg()) == kind.as_deref())
+                else {
+                    eprintln!("store_bench: memory takes shared, own or none");
+                    std::process::exit(2);
+                };
+                memory_child(labels);
                 return;
             }
             "--out" => out = args.next(),
@@ -166,8 +198,7 @@ fn main() {
             }
         }
     }
-    let labelled = bytes_per_object(true);
-    let plain = bytes_per_object(false);
+    let [shared, own, none] = Labels::ALL.map(bytes_per_object);
     let rounds = env_usize("STORE_BENCH_ROUNDS", 5).max(1);
     let creates = env_usize("STORE_BENCH_CREATES", 50_000).max(BATCH);
     let mut md = format!(
@@ -190,8 +221,9 @@ fn main() {
     }
     let line = format!(
         "\nResident memory per stored object ({MEMORY_OBJECTS} creates into a fresh store in a \
-         fresh process): {labelled:.0} bytes with one label, {plain:.0} bytes without; the \
-         stored JSON of one is {} bytes with the label.\n",
+         fresh process): {shared:.0} bytes with one label all objects share, {own:.0} bytes \
+         with a label value of its own, {none:.0} bytes without labels; the stored JSON of one \
+         is {} bytes with the shared label.\n",
         stored_json_len()
     );
     print!("{line}");
