@@ -9,12 +9,9 @@ cargo build --release -p litek8s --bin litek8s && cargo build --release -p litek
 TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 export LITEK8S_BIN=$TARGET_DIR/release/litek8s
 echo "cores: $(nproc)"
+# Into bench/API.md (keeping its "## Notes") unless given another file.
 if [ $# -gt 0 ]; then
     "$TARGET_DIR/release/api_bench" "$1"
 else
-    # bench/API.md keeps its hand-written "## Notes" (bench/keep-notes.sh).
-    out=$(mktemp)
-    "$TARGET_DIR/release/api_bench" "$out"
-    bench/keep-notes.sh "$out" bench/API.md
-    rm -f "$out"
+    bench/keep-notes.sh --run bench/API.md "$TARGET_DIR/release/api_bench"
 fi

@@ -16,12 +16,9 @@ if ! command -v haproxy >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >
         echo "haproxy could not be installed: the reference column stays empty"
 fi
 echo "cores: $(nproc)"
+# Into bench/LB.md (keeping its "## Notes") unless given another file.
 if [ $# -gt 0 ]; then
     "$TARGET_DIR/release/lb_bench" "$1"
 else
-    # bench/LB.md keeps its hand-written "## Notes" (bench/keep-notes.sh).
-    out=$(mktemp)
-    "$TARGET_DIR/release/lb_bench" "$out"
-    bench/keep-notes.sh "$out" bench/LB.md
-    rm -f "$out"
+    bench/keep-notes.sh --run bench/LB.md "$TARGET_DIR/release/lb_bench"
 fi

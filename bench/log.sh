@@ -9,7 +9,4 @@
 set -eu
 cd "$(dirname "$0")/.."
 cargo build --release -p litek8s-bench --bin log_bench
-out=$(mktemp)
-"${CARGO_TARGET_DIR:-target}/release/log_bench" --out "$out"
-bench/keep-notes.sh "$out" bench/LOG.md
-rm -f "$out"
+bench/keep-notes.sh --run bench/LOG.md "${CARGO_TARGET_DIR:-target}/release/log_bench" --out
