@@ -273,6 +273,10 @@ async fn write_entries(dir: &Path, count: u64) {
 }
 
 fn main() {
+    // The server's allocator settings (`litek8s` calls this first thing in `main`, and the
+    // server starts the tuner below): a benchmark that ran with mimalloc's defaults instead
+    // would pay page faults the server does not (bench/LOG.md, eighteenth session).
+    litek8s::tune_allocator();
     let args: Vec<String> = std::env::args().collect();
     if let Some(pos) = args.iter().position(|a| a == "--replay") {
         replay_child(Path::new(&args[pos + 1]));
@@ -290,6 +294,7 @@ fn main() {
     let tmp = tempfile::tempdir_in(base).expect("tempdir");
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.spawn(litek8s::allocator::tune_for_load_when_heap_grows());
 
     // LOG_BENCH_ONLY=256 runs one engine case alone (for profiling); the table then has only it.
     let only: Option<usize> = std::env::var("LOG_BENCH_ONLY")
