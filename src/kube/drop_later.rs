@@ -33,8 +33,8 @@ struct Collector {
 }
 
 impl Collector {
-    /// A poisoned lock still guards a usable queue (a panic while dropping garbage does not
-    /// leave it half-updated).
+    /// A poisoned lock still guards a usable queue: nothing is dropped while it is held, and a
+    /// push or a take leaves the queue whole.
     fn lock(&self) -> MutexGuard<'_, Queue> {
         self.queue
             .lock()
