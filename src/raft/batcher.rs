@@ -8,17 +8,22 @@
 //! appends entries one at a time and waits for each flush, so with the next batch already
 //! queued the Raft core appends it as soon as the previous flush completes, while the state
 //! machine applies the previous one and its callers prepare their next writes.
+//!
+//! The answer of each batch comes back from the Raft thread through a [`WakeRelay`], which
+//! wakes this task as I/O readiness rather than as a wake-up from another thread (see that
+//! module for why that saves a worker wake-up per write).
 
 use std::future::Future;
 use std::io::Write;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::kube::mutation::{ApplyError, Mutation};
 use crate::raft::types::{Applied, Batch, BatchResponse, Proposal, TypeConfig};
+use crate::raft::wake_relay::WakeRelay;
 
 /// Why a proposal did not apply.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -169,8 +174,9 @@ impl Batcher {
 }
 
 async fn run<P: Propose>(proposer: Arc<P>, mut rx: mpsc::Receiver<Request>, limits: BatchLimits) {
+    let relay = WakeRelay::start();
     let max_in_flight = limits.in_flight.max(1);
-    let mut in_flight = FuturesUnordered::new();
+    let mut in_flight = InFlight::default();
     let mut carry: Option<Request> = None;
     let mut open = true;
     loop {
@@ -217,12 +223,62 @@ async fn run<P: Propose>(proposer: Arc<P>, mut rx: mpsc::Receiver<Request>, limi
                 Err(_) => break,
             }
         }
-        in_flight.push(propose_and_answer(&*proposer, requests));
+        in_flight.push(propose_and_answer(&*proposer, relay.as_ref(), requests));
+    }
+}
+
+/// The batches proposed and not yet answered (at most `BatchLimits::in_flight`, a handful).
+///
+/// Not a `FuturesUnordered`: that one, having polled every future it holds and found them all
+/// pending, wakes its own task to yield, and a task woken while it runs is queued as a yield,
+/// which makes tokio wake a second worker. With one writer that was one needless wake-up (and
+/// a futex call) per batch. Polling the few batches in flight on every wake-up costs less.
+#[derive(Default)]
+struct InFlight<'a> {
+    batches: Vec<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>,
+}
+
+impl<'a> InFlight<'a> {
+    fn push(&mut self, batch: impl Future<Output = ()> + Send + 'a) {
+        self.batches.push(Box::pin(batch));
+    }
+
+    fn len(&self) -> usize {
+        self.batches.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+
+    /// Waits until at least one batch is answered; `None` when none is in flight.
+    async fn next(&mut self) -> Option<()> {
+        std::future::poll_fn(|cx| self.poll_answered(cx)).await
+    }
+
+    /// Polls every batch in the order proposed (a new one is thereby proposed) and drops the
+    /// answered ones.
+    fn poll_answered(&mut self, cx: &mut Context<'_>) -> Poll<Option<()>> {
+        if self.batches.is_empty() {
+            return Poll::Ready(None);
+        }
+        let before = self.batches.len();
+        self.batches
+            .retain_mut(|batch| batch.as_mut().poll(cx).is_pending());
+        if self.batches.len() < before {
+            Poll::Ready(Some(()))
+        } else {
+            Poll::Pending
+        }
     }
 }
 
 /// Proposes one batch and hands each caller its own result.
-async fn propose_and_answer<P: Propose>(proposer: &P, requests: Vec<Request>) {
+async fn propose_and_answer<P: Propose>(
+    proposer: &P,
+    relay: Option<&WakeRelay>,
+    requests: Vec<Request>,
+) {
     let mut replies = Vec::with_capacity(requests.len());
     let proposals = requests
         .into_iter()
@@ -231,7 +287,12 @@ async fn propose_and_answer<P: Propose>(proposer: &P, requests: Vec<Request>) {
             r.proposal
         })
         .collect();
-    match proposer.propose(Batch::new(proposals)).await {
+    let proposed = proposer.propose(Batch::new(proposals));
+    let answer = match relay {
+        Some(relay) => relay.relayed(proposed).await,
+        None => proposed.await,
+    };
+    match answer {
         Ok(response) if response.results.len() == replies.len() => {
             for (reply, result) in replies.into_iter().zip(response.results) {
                 let _ = reply.send(result.map_err(ProposeError::Rejected));
@@ -353,6 +414,39 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Counts wake-ups of a task.
+    struct CountingWaker(AtomicUsize);
+
+    impl std::task::Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn batches_in_flight_do_not_wake_their_own_task() {
+        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = std::task::Waker::from(counter.clone());
+        let mut cx = Context::from_waker(&waker);
+        let (answer, answered) = oneshot::channel::<()>();
+        let mut in_flight = InFlight::default();
+        assert_eq!(in_flight.poll_answered(&mut cx), Poll::Ready(None));
+        in_flight.push(async move {
+            let _ = answered.await;
+        });
+        in_flight.push(std::future::pending());
+        // Everything pending: no self-wake (a FuturesUnordered wakes its task here).
+        assert_eq!(in_flight.poll_answered(&mut cx), Poll::Pending);
+        assert_eq!(counter.0.load(Ordering::SeqCst), 0);
+        // The answer wakes the task once; the next poll drops the answered batch.
+        answer.send(()).unwrap();
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1);
+        assert_eq!(in_flight.poll_answered(&mut cx), Poll::Ready(Some(())));
+        assert_eq!(in_flight.len(), 1);
+        assert_eq!(in_flight.poll_answered(&mut cx), Poll::Pending);
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

@@ -8,3 +8,4 @@ pub mod sessions;
 pub mod snapshot;
 pub mod state_machine;
 pub mod types;
+pub mod wake_relay;
