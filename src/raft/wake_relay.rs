@@ -5,7 +5,7 @@
 //! that runtime queues the task globally and unparks one worker, which starts out "searching";
 //! when it finds the task it is the last searching worker, and tokio then wakes a second worker
 //! in case more work follows (`transition_worker_from_searching`). For a lone writer that second
-//! wake-up costs a futex call on the path of every write, and the second worker's brief run
+//! wake-up costs a system call on the path of every write, and the second worker's brief run
 //! lands on the CPU the Raft thread is about to use.
 //!
 //! Readiness of a file descriptor reaches a runtime differently: the worker parked on the I/O
@@ -14,7 +14,8 @@
 //! ([`WakeRelay::relayed`]) do not wake their task directly: they queue its waker and write to
 //! an eventfd that a relay task on the API runtime waits on; that task, woken by the driver,
 //! calls the queued wakers from inside the runtime. A write to the eventfd is one system call,
-//! as the direct wake-up's own unpark was.
+//! as the direct wake-up's own unpark was. When every worker is busy, the answer is seen at a
+//! worker's next turn of the reactor, as a socket's data would be.
 //!
 //! The relay needs a runtime with its I/O driver enabled, as sockets do (every runtime litek8s
 //! builds has it). If the eventfd cannot be made or registered, callers get no relay and their
@@ -129,7 +130,7 @@ async fn relay(readiness: AsyncFd<Arc<Shared>>, mut stopped: oneshot::Receiver<(
             _ = &mut stopped => break,
             ready = readiness.readable() => match ready {
                 Ok(mut guard) => {
-                    let shared = guard.get_inner().clone();
+                    let shared = readiness.get_ref();
                     // Resets the counter; EAGAIN (already zero) is harmless.
                     let _ = shared.doorbell.read();
                     guard.clear_ready();
