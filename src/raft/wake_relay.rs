@@ -43,7 +43,7 @@ struct Shared {
     rung: AtomicBool,
     /// False once the relay task has stopped: wakers then wake their tasks directly.
     running: AtomicBool,
-    /// Wakers the relay task has called (for tests and diagnosis).
+    /// Wakers the relay task has called (read by the tests).
     relayed: AtomicU64,
     doorbell: EventFd,
 }
@@ -190,7 +190,7 @@ pub struct Relayed<F> {
     shared: Arc<Shared>,
     /// The relayed waker made for the task's current waker, reused while the task's waker
     /// stays the same.
-    waker: Option<(Waker, Waker)>,
+    waker: Option<Arc<RelayedWaker>>,
 }
 
 impl<F: Future + Unpin> Future for Relayed<F> {
@@ -200,17 +200,17 @@ impl<F: Future + Unpin> Future for Relayed<F> {
         let this = self.get_mut();
         let task = cx.waker();
         let relayed = match &this.waker {
-            Some((for_task, relayed)) if for_task.will_wake(task) => relayed.clone(),
+            Some(relayed) if relayed.task.will_wake(task) => relayed.clone(),
             _ => {
-                let relayed = Waker::from(Arc::new(RelayedWaker {
+                let relayed = Arc::new(RelayedWaker {
                     task: task.clone(),
                     shared: this.shared.clone(),
-                }));
-                this.waker = Some((task.clone(), relayed.clone()));
+                });
+                this.waker = Some(relayed.clone());
                 relayed
             }
         };
-        Pin::new(&mut this.future).poll(&mut Context::from_waker(&relayed))
+        Pin::new(&mut this.future).poll(&mut Context::from_waker(&Waker::from(relayed)))
     }
 }
 
@@ -218,32 +218,68 @@ impl<F: Future + Unpin> Future for Relayed<F> {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
-    /// Completes a oneshot from a plain thread, as the Raft thread does.
-    fn answer_from_another_thread(value: u32) -> oneshot::Receiver<u32> {
-        let (tx, rx) = oneshot::channel();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(5));
-            let _ = tx.send(value);
-        });
-        rx
+    /// Counts wake-ups of a pretend task. The tests poll by hand with it rather than await in a
+    /// task, because a timeout around an await would poll again when it fires and so hide a
+    /// lost wake-up.
+    struct CountingWaker(AtomicUsize);
+
+    impl Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A relayed wait on a oneshot, polled once (so the sender holds a relayed waker).
+    struct Waiting {
+        woken: Arc<CountingWaker>,
+        future: Relayed<oneshot::Receiver<u32>>,
+    }
+
+    impl Waiting {
+        fn new(relay: &WakeRelay) -> (oneshot::Sender<u32>, Waiting) {
+            let (tx, rx) = oneshot::channel();
+            let mut waiting = Waiting {
+                woken: Arc::new(CountingWaker(AtomicUsize::new(0))),
+                future: relay.relayed(rx),
+            };
+            assert!(waiting.poll().is_pending());
+            (tx, waiting)
+        }
+
+        fn poll(&mut self) -> Poll<Result<u32, oneshot::error::RecvError>> {
+            let waker = Waker::from(self.woken.clone());
+            Pin::new(&mut self.future).poll(&mut Context::from_waker(&waker))
+        }
+
+        fn wake_ups(&self) -> usize {
+            self.woken.0.load(Ordering::SeqCst)
+        }
+    }
+
+    /// Waits (without polling anything) until `done` holds. Yields first: polling a oneshot
+    /// by hand spends the test task's tokio budget, which this renews.
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        tokio::task::yield_now().await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_wake_up_from_another_thread_arrives_through_the_relay() {
         let relay = WakeRelay::start().expect("relay");
         for i in 0..200 {
-            let (tx, rx) = oneshot::channel();
-            let mut answer = relay.relayed(rx);
-            // Polled once before the answer exists: the answer must wake the task.
-            assert!(futures::poll!(&mut answer).is_pending());
-            std::thread::spawn(move || tx.send(i));
-            let got = tokio::time::timeout(Duration::from_secs(5), answer)
-                .await
-                .expect("the relayed wake-up was lost")
-                .expect("answer");
-            assert_eq!(got, i);
+            let (tx, mut waiting) = Waiting::new(&relay);
+            std::thread::spawn(move || tx.send(i))
+                .join()
+                .expect("thread")
+                .expect("send");
+            until("the relayed wake-up was lost", || waiting.wake_ups() == 1).await;
+            assert_eq!(waiting.poll(), Poll::Ready(Ok(i)));
         }
         // Each wake-up went through the queue and the eventfd, not around them.
         assert_eq!(relay.shared.relayed.load(Ordering::Relaxed), 200);
@@ -251,51 +287,45 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn many_concurrent_waits_all_complete() {
-        let relay = Arc::new(WakeRelay::start().expect("relay"));
-        let done = Arc::new(AtomicUsize::new(0));
-        let mut tasks = Vec::new();
-        for i in 0..500u32 {
-            let (relay, done) = (relay.clone(), done.clone());
-            tasks.push(tokio::spawn(async move {
-                let got = relay.relayed(answer_from_another_thread(i)).await;
-                assert_eq!(got.expect("answer"), i);
-                done.fetch_add(1, Ordering::SeqCst);
-            }));
+    async fn many_concurrent_wake_ups_all_arrive() {
+        let relay = WakeRelay::start().expect("relay");
+        let (senders, mut waits): (Vec<_>, Vec<_>) = (0..500).map(|_| Waiting::new(&relay)).unzip();
+        let threads: Vec<_> = senders
+            .into_iter()
+            .enumerate()
+            .map(|(i, tx)| std::thread::spawn(move || tx.send(i as u32)))
+            .collect();
+        for thread in threads {
+            thread.join().expect("thread").expect("send");
         }
-        for task in tasks {
-            tokio::time::timeout(Duration::from_secs(10), task)
-                .await
-                .expect("a relayed wake-up was lost")
-                .expect("task");
+        until("a relayed wake-up was lost", || {
+            waits.iter().all(|w| w.wake_ups() == 1)
+        })
+        .await;
+        for (i, waiting) in waits.iter_mut().enumerate() {
+            tokio::task::yield_now().await;
+            assert_eq!(waiting.poll(), Poll::Ready(Ok(i as u32)));
         }
-        assert_eq!(done.load(Ordering::SeqCst), 500);
+        assert_eq!(relay.shared.relayed.load(Ordering::Relaxed), 500);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn after_the_relay_stops_wakers_wake_directly() {
         let relay = WakeRelay::start().expect("relay");
         let shared = relay.shared.clone();
-        let (tx, rx) = oneshot::channel::<u32>();
-        let waiting = tokio::spawn(relay.relayed(rx));
-        // Let the task poll once (and hand out its relayed waker), then stop the relay.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (tx, mut waiting) = Waiting::new(&relay);
         drop(relay);
-        tokio::time::timeout(Duration::from_secs(5), async {
-            while shared.running.load(Ordering::SeqCst) {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
+        until("the relay task did not stop", || {
+            !shared.running.load(Ordering::SeqCst)
         })
-        .await
-        .expect("the relay task did not stop");
+        .await;
         std::thread::spawn(move || tx.send(7))
             .join()
             .expect("thread")
             .expect("send");
-        let got = tokio::time::timeout(Duration::from_secs(5), waiting)
-            .await
-            .expect("a wake-up after the relay stopped was lost")
-            .expect("task");
-        assert_eq!(got.expect("answer"), 7);
+        // Woken by the sending thread itself, before it returned.
+        assert_eq!(waiting.wake_ups(), 1);
+        assert_eq!(waiting.poll(), Poll::Ready(Ok(7)));
+        assert_eq!(shared.relayed.load(Ordering::Relaxed), 0);
     }
 }
