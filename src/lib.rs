@@ -4,6 +4,8 @@
 //! - [`allocator`]: mimalloc and when the process may use transparent huge pages.
 //! - [`cluster`]: the HA cluster: Raft node, server-to-server transport, joins, forwarding.
 //! - [`cli`]: the `litek8s` command and its flags, resolved into settings.
+//! - [`client`]: the in-process API client: internal writes through the API pipeline.
+//! - [`controllers`]: the leader-gated runner, informers, work queues and controllers.
 //! - [`kube`]: the object model and the deterministic store that every write goes through
 //!   (Mutation → Writer → store.apply), `objects.wal`, the resource registry, selectors.
 //! - [`lb`]: the load balancer (`litek8s lb`): health checks, discovery, sticky TCP relay.
@@ -16,7 +18,9 @@
 pub mod allocator;
 pub mod api;
 pub mod cli;
+pub mod client;
 pub mod cluster;
+pub mod controllers;
 pub mod kube;
 pub mod lb;
 pub mod raft;

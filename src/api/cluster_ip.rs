@@ -1,7 +1,8 @@
 //! ClusterIP allocation from the service CIDR. The store is the record of what is in use (every
 //! Service's `spec.clusterIP`); the allocator only adds the addresses handed out to writes that
 //! have not been applied yet, so the same address is never given twice. The CIDR's network
-//! address and first address (the `kubernetes` Service's) are never allocated.
+//! address is never used; its first address (the `kubernetes` Service's) is only given when
+//! asked for.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -154,8 +155,10 @@ impl ClusterIpAllocator {
             IpAddr::V6(a) if range.v6 => u128::from(a),
             _ => return Err(AllocError::OutOfRange(self.cidr.clone())),
         };
-        let (first, end) = Self::offsets(&range);
-        if value < range.base + first || value >= range.base + end {
+        // The first address is never handed out by `allocate` but may be asked for: the
+        // `kubernetes` Service asks for it, through the API like any other Service.
+        let (_, end) = Self::offsets(&range);
+        if value < range.base + 1 || value >= range.base + end {
             return Err(AllocError::OutOfRange(self.cidr.clone()));
         }
         let mut choosing = self
@@ -208,8 +211,13 @@ mod tests {
         assert!(alloc
             .reserve("10.96.3.4".parse().unwrap(), &used, alloc.as_of())
             .is_ok());
+        // The first address only when asked for (the `kubernetes` Service); the network
+        // address never.
         assert!(alloc
             .reserve("10.96.0.1".parse().unwrap(), &used, alloc.as_of())
+            .is_ok());
+        assert!(alloc
+            .reserve("10.96.0.0".parse().unwrap(), &used, alloc.as_of())
             .is_err());
         assert!(alloc
             .reserve("10.97.0.5".parse().unwrap(), &used, alloc.as_of())

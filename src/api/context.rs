@@ -49,10 +49,11 @@ pub struct ApiContext {
     pub started_at: SystemTime,
     /// Whether /readyz reports ready (single server: WAL replayed and listening).
     pub ready: std::sync::atomic::AtomicBool,
-    /// ClusterIPs handed out to Service writes still in flight.
-    pub cluster_ips: ClusterIpAllocator,
-    /// NodePorts handed out to Service writes still in flight.
-    pub node_ports: NodePortAllocator,
+    /// ClusterIPs handed out to Service writes still in flight (shared by every context of
+    /// the process, see `sharing_with`).
+    pub cluster_ips: Arc<ClusterIpAllocator>,
+    /// NodePorts handed out to Service writes still in flight (shared likewise).
+    pub node_ports: Arc<NodePortAllocator>,
 }
 
 impl ApiContext {
@@ -67,8 +68,24 @@ impl ApiContext {
             settings,
             started_at: SystemTime::now(),
             ready: std::sync::atomic::AtomicBool::new(false),
-            cluster_ips,
-            node_ports: NodePortAllocator::new(),
+            cluster_ips: Arc::new(cluster_ips),
+            node_ports: Arc::new(NodePortAllocator::new()),
+        }
+    }
+
+    /// A context over the same store, settings and allocators whose writes and reads go
+    /// through `writer` and `reads` (the leader-gated singletons' context): values handed to
+    /// a write in flight in one context are taken in the other too.
+    pub fn sharing_with(&self, writer: Arc<dyn Writer>, reads: Arc<dyn ReadBarrier>) -> ApiContext {
+        ApiContext {
+            store: self.store.clone(),
+            writer,
+            reads,
+            settings: self.settings.clone(),
+            started_at: self.started_at,
+            ready: std::sync::atomic::AtomicBool::new(false),
+            cluster_ips: self.cluster_ips.clone(),
+            node_ports: self.node_ports.clone(),
         }
     }
 

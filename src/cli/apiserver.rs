@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use crate::server::settings::{first_service_ip, ClusterFlags, ServerSettings};
+use crate::cluster::ClusterFlags;
+use crate::server::settings::{first_service_ip, ServerSettings};
 
 /// The long help of `litek8s apiserver --help`.
 pub const LONG_ABOUT: &str =

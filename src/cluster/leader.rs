@@ -1,86 +1,86 @@
-//! Leader-only loops (SPEC H6, H7): started once this member leads and has applied an entry
-//! of its own term (so its store holds everything committed before), cancelled as soon as it
-//! stops leading. Their writes go through `LeaderOnlyWriter` and fail, never forward, on a
-//! member that no longer leads. Today: the bootstrap objects and the `default/kubernetes`
-//! Endpoints/EndpointSlice published from the members that are up to date.
+//! What the leader-gated singletons (controllers, scheduler, bootstrap objects, the
+//! `kubernetes` endpoints) need from the cluster: when they may run, what their writes and
+//! reads go through, and which members' API servers are up to date.
+//!
+//! They may run once this member leads and has applied an entry of its own term (so its store
+//! holds everything committed before it), and must stop as soon as it stops leading. Their
+//! writes go through `LeaderOnlyWriter`, which proposes locally and fails, never forwards, on
+//! a member that no longer leads: a deposed leader's controllers cannot act on stale state,
+//! because a proposal of an old term never commits.
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use openraft::ServerState;
-use tokio_util::sync::CancellationToken;
+use tokio::sync::watch;
 
 use super::membership;
-use super::node::ClusterNode;
-use super::writer::LeaderOnlyWriter;
-use crate::api::{ApiContext, ApiSettings};
-use crate::kube::store::Store;
+use super::node::{ClusterNode, Leadership};
+use crate::kube::writer::{BarrierError, BarrierFuture, ReadBarrier};
 
-/// How often the leader re-checks the published endpoints.
-const RECONCILE_EVERY: Duration = Duration::from_secs(5);
 /// A member at most this many entries behind counts as up to date for the endpoints.
 const UP_TO_DATE_LAG: u64 = 1_000;
 
-/// Whether the metrics say "leader, with an applied entry of its own term".
-fn leading_and_caught_up(node: &ClusterNode) -> bool {
+/// The term this member leads in, if it leads and has applied an entry of that term.
+fn leading_term(node: &ClusterNode) -> Option<u64> {
     let m = node.metrics();
-    m.state == ServerState::Leader
+    let caught_up = m.state == ServerState::Leader
         && m.vote.is_committed()
         && m.last_applied
             .as_ref()
-            .is_some_and(|applied| &applied.leader_id == m.vote.leader_id())
+            .is_some_and(|applied| &applied.leader_id == m.vote.leader_id());
+    caught_up.then_some(m.current_term)
 }
 
-/// Runs until `shutdown`, starting and stopping the leader-only loops as leadership comes
-/// and goes.
-pub async fn run(
-    node: Arc<ClusterNode>,
-    store: Arc<Store>,
-    settings: ApiSettings,
-    shutdown: CancellationToken,
-) {
+/// A receiver of `Some(term)` while this member may run the leader-gated singletons, `None`
+/// otherwise; it follows the Raft metrics until the node stops.
+pub fn watch_leading(node: Arc<ClusterNode>) -> watch::Receiver<Option<u64>> {
+    let (tx, rx) = watch::channel(leading_term(&node));
     let mut metrics = node.raft.metrics();
-    let mut running: Option<CancellationToken> = None;
-    loop {
-        let leading = leading_and_caught_up(&node);
-        match (leading, &running) {
-            (true, None) => {
-                let term = node.metrics().current_term;
-                tracing::info!(term, "leading: starting the leader-only loops");
-                let token = shutdown.child_token();
-                tokio::spawn(reconcile_loop(
-                    node.clone(),
-                    store.clone(),
-                    settings.clone(),
-                    token.clone(),
-                ));
-                running = Some(token);
+    tokio::spawn(async move {
+        loop {
+            let now = leading_term(&node);
+            tx.send_if_modified(|current| {
+                let changed = *current != now;
+                *current = now;
+                changed
+            });
+            tokio::select! {
+                _ = tx.closed() => return,
+                changed = metrics.changed() => if changed.is_err() {
+                    tx.send_replace(None);
+                    return;
+                },
             }
-            (false, Some(token)) => {
-                tracing::info!("no longer leading: stopping the leader-only loops");
-                token.cancel();
-                running = None;
+        }
+    });
+    rx
+}
+
+/// The read barrier of leader-gated writers: passes while this member leads. A full ReadIndex
+/// round is not needed: what such a writer reads only decides a proposal, and a proposal of a
+/// member that has been deposed never commits.
+pub struct LeaderReads {
+    pub node: Arc<ClusterNode>,
+}
+
+impl ReadBarrier for LeaderReads {
+    fn linearize(&self) -> BarrierFuture<'_> {
+        let leading = self.node.leadership() == Leadership::Me;
+        Box::pin(async move {
+            if leading {
+                Ok(())
+            } else {
+                Err(BarrierError::Unavailable(
+                    "this server does not lead the cluster".into(),
+                ))
             }
-            _ => {}
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            changed = metrics.changed() => if changed.is_err() { return },
-        }
+        })
     }
 }
 
-/// `LITEK8S_FAILPOINT_BOOTSTRAP_DELAY_MS=N`: a new leader waits N ms before its first pass
-/// over the bootstrap objects, so that a test can show readiness waiting for them. Unset in
-/// production.
-fn bootstrap_delay_failpoint() -> Option<Duration> {
-    let ms = std::env::var("LITEK8S_FAILPOINT_BOOTSTRAP_DELAY_MS").ok()?;
-    ms.parse().ok().map(Duration::from_millis)
-}
-
 /// The IPs of the members whose API is up to date, the leader's first.
-fn up_to_date_ips(node: &ClusterNode) -> Vec<IpAddr> {
+pub fn up_to_date_ips(node: &ClusterNode) -> Vec<IpAddr> {
     let view = membership::view(node);
     let mut ips: Vec<IpAddr> = Vec::new();
     let mut members = view.members;
@@ -100,42 +100,4 @@ fn up_to_date_ips(node: &ClusterNode) -> Vec<IpAddr> {
 
 fn host_ip(addr: &str) -> Option<IpAddr> {
     addr.parse::<std::net::SocketAddr>().ok().map(|a| a.ip())
-}
-
-async fn reconcile_loop(
-    node: Arc<ClusterNode>,
-    store: Arc<Store>,
-    settings: ApiSettings,
-    stop: CancellationToken,
-) {
-    if let Some(delay) = bootstrap_delay_failpoint() {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(delay) => {}
-        }
-    }
-    loop {
-        let mut current = settings.clone();
-        let ips = up_to_date_ips(&node);
-        if !ips.is_empty() {
-            current.node_ips = ips;
-        }
-        let ctx = ApiContext::new(
-            store.clone(),
-            Arc::new(LeaderOnlyWriter { node: node.clone() }),
-            current,
-        );
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            result = crate::server::bootstrap::ensure_all(&ctx) => {
-                if let Err(e) = result {
-                    tracing::warn!("leader: bootstrap objects: {e}");
-                }
-            }
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(RECONCILE_EVERY) => {}
-        }
-    }
 }

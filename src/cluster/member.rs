@@ -6,9 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::error::{read_optional, write_file, ClusterError};
 use crate::raft::types::NodeId;
-use crate::server::datadir::{read_optional, write_file};
-use crate::server::ServerError;
 
 /// One server as the membership records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,24 +75,25 @@ impl ClusterDir {
     }
 
     /// The identity, if this directory already belongs to a cluster.
-    pub fn identity(&self) -> Result<Option<Identity>, ServerError> {
+    pub fn identity(&self) -> Result<Option<Identity>, ClusterError> {
         let path = self.identity_file();
         let Some(text) = read_optional(&path)? else {
             return Ok(None);
         };
         serde_json::from_str(&text)
             .map(Some)
-            .map_err(|e| ServerError::corrupt(&path, format!("not a member identity: {e}")))
+            .map_err(|e| ClusterError::corrupt(&path, format!("not a member identity: {e}")))
     }
 
     /// Writes the identity last of all cluster files: its presence marks a complete join.
-    pub fn write_identity(&self, identity: &Identity) -> Result<(), ServerError> {
-        std::fs::create_dir_all(self.raft()).map_err(|error| ServerError::Io {
-            path: self.raft(),
-            error,
-        })?;
+    pub fn write_identity(&self, identity: &Identity) -> Result<(), ClusterError> {
+        std::fs::create_dir_all(self.raft()).map_err(ClusterError::io(self.raft()))?;
         let json = serde_json::to_vec_pretty(identity).unwrap_or_default();
-        write_file(&self.identity_file(), &json, 0o600)
+        write_file(
+            &self.identity_file(),
+            &json,
+            crate::storage::fsutil::SECRET_MODE,
+        )
     }
 }
 

@@ -1,8 +1,11 @@
 //! The HA cluster (SPEC H): 3 or 5 API servers replicating the store through openraft.
 //!
 //! # Layout
-//! - [`start`]: the mode a start runs in (single, `--cluster-init`, join, member) and the
-//!   assembly of a member; [`join`]: the joining side's handshake; [`token`]: the join token.
+//! - [`mode`]: how a start runs (single, `--cluster-init`, join, member restart), decided
+//!   from the data directory and flags; [`init`]: `--cluster-init`'s first snapshot;
+//!   [`join`]: the joining side's handshake; [`token`]: the join token; [`start`]: the
+//!   assembly of a member (node, Raft listener, admission); [`readiness`]: `/readyz`,
+//!   sd_notify and the watchdog following the Raft state; [`error`]: `ClusterError`.
 //! - [`node`]: the Raft node on its own runtime; [`timers`]: heartbeat/election settings.
 //! - [`network`] (client) and [`rpc`] (the Raft listener): Raft RPCs and cluster endpoints
 //!   between servers over HTTPS pinned to the cluster CA ([`peer`]), authenticated with the
@@ -14,23 +17,34 @@
 //! - [`membership`]: joins, promotion and removal on the leader; [`member`]: identities.
 //! - [`handoff`]: a stopping leader's handoff to a successor; [`crash_watch`]: followers
 //!   campaign as soon as a crashed leader's lease is over;
-//! - [`leader`]: leader-only loops; [`endpoints`]: the cluster endpoints of the API port.
+//! - [`leader`]: when the leader-gated singletons may run, their read barrier, and the
+//!   up-to-date members; [`endpoints`]: the cluster endpoints of the API port.
+//!
+//! The cluster sits below the process assembly (`server`): it never imports it. `server`
+//! wraps a started member as its backend.
 
 pub mod crash_watch;
 pub mod endpoints;
+pub mod error;
 pub mod forward;
 pub mod handoff;
+pub mod init;
 pub mod join;
 pub mod leader;
 pub mod member;
 pub mod membership;
+pub mod mode;
 pub mod network;
 pub mod node;
 pub mod peer;
 pub mod protocol;
+pub mod readiness;
 pub mod reads;
 pub mod rpc;
 pub mod start;
 pub mod timers;
 pub mod token;
 pub mod writer;
+
+pub use error::ClusterError;
+pub use mode::ClusterFlags;

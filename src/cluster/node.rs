@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use openraft::{Raft, RaftMetrics, ServerState};
 use parking_lot::Mutex;
 
+use super::error::ClusterError;
 use super::member::Member;
 use super::network::Network;
 use super::peer::PeerClient;
@@ -19,7 +20,6 @@ use crate::raft::batcher::{BatchLimits, Batcher, ProposeError};
 use crate::raft::log::{DelayedIo, LogConfig, LogStore};
 use crate::raft::state_machine::StateMachine;
 use crate::raft::types::{Applied, NodeId, Proposal, TypeConfig};
-use crate::server::ServerError;
 
 /// The log engine's settings: the defaults, with the write-delay failpoint when
 /// `LITEK8S_FAILPOINT_LOG_WRITE_DELAY_FILE` names a control file (`raft::log::DelayedIo`, for
@@ -106,26 +106,22 @@ impl Drop for ClusterNode {
     }
 }
 
-fn cluster_error(what: &str) -> impl Fn(String) -> ServerError + '_ {
-    move |reason| ServerError::Cluster(format!("{what}: {reason}"))
-}
-
 impl ClusterNode {
     /// Opens the log and the state machine (restoring the store from the snapshot and log)
     /// and starts openraft on a dedicated runtime. The Raft listener is started separately
     /// (`rpc::serve`) with the returned node.
-    pub async fn start(config: NodeConfig) -> Result<Arc<ClusterNode>, ServerError> {
+    pub async fn start(config: NodeConfig) -> Result<Arc<ClusterNode>, ClusterError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("litek8s-raft")
             .enable_all()
             .build()
-            .map_err(|e| ServerError::Cluster(format!("starting the Raft runtime: {e}")))?;
+            .map_err(|e| ClusterError::raft("starting the Raft runtime", e))?;
         let raft_config = Arc::new(
             config
                 .timers
                 .raft_config()
-                .map_err(cluster_error("Raft configuration"))?,
+                .map_err(|e| ClusterError::raft("Raft configuration", e))?,
         );
         let (log_dir, snapshot_dir, store) = (
             config.log_dir.clone(),
@@ -134,26 +130,26 @@ impl ClusterNode {
         );
         let (log, state_machine) = tokio::task::spawn_blocking(move || {
             let log = LogStore::open(&log_dir, log_config())
-                .map_err(|e| ServerError::Cluster(format!("{}: {e}", log_dir.display())))?;
+                .map_err(|e| ClusterError::raft(log_dir.display().to_string(), e))?;
             let sm = StateMachine::open(&snapshot_dir, store)
-                .map_err(|e| ServerError::Cluster(format!("{}: {e}", snapshot_dir.display())))?;
-            Ok::<_, ServerError>((log, sm))
+                .map_err(|e| ClusterError::raft(snapshot_dir.display().to_string(), e))?;
+            Ok::<_, ClusterError>((log, sm))
         })
         .await
-        .map_err(|e| ServerError::Cluster(format!("opening the Raft log: {e}")))??;
+        .map_err(|e| ClusterError::raft("opening the Raft log", e))??;
         let startup_committed = log.committed().map(|l| l.index);
         // From the log itself: openraft's metrics only show it once its core task has run,
         // which `Raft::new` does not wait for.
         let startup_last_log = log
             .log_state()
-            .map_err(|e| ServerError::Cluster(format!("reading the Raft log's state: {e}")))?
+            .map_err(|e| ClusterError::raft("reading the Raft log's state", e))?
             .1
             .map(|l| l.index);
 
         let raft_peers = {
             let _guard = runtime.enter();
             PeerClient::new(&config.ca_pem, config.secret.clone())
-                .map_err(cluster_error("peer client"))?
+                .map_err(|e| ClusterError::raft("peer client", e))?
         };
         let id = config.id;
         let raft = runtime
@@ -168,10 +164,10 @@ impl ClusterNode {
                 .await
             })
             .await
-            .map_err(|e| ServerError::Cluster(format!("starting Raft: {e}")))?
-            .map_err(|e| ServerError::Cluster(format!("starting Raft: {e}")))?;
+            .map_err(|e| ClusterError::raft("starting Raft", e))?
+            .map_err(|e| ClusterError::raft("starting Raft", e))?;
         let peers = PeerClient::new(&config.ca_pem, config.secret.clone())
-            .map_err(cluster_error("peer client"))?;
+            .map_err(|e| ClusterError::raft("peer client", e))?;
         let batcher = Batcher::start(Arc::new(raft.clone()), BatchLimits::default());
         Ok(Arc::new(ClusterNode {
             startup_last_log,

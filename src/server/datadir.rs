@@ -14,11 +14,8 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::error::ServerError;
-
-/// Mode of every file holding a private key or token.
-pub const SECRET_MODE: u32 = 0o600;
-/// Mode of public files (certificates).
-pub const PUBLIC_MODE: u32 = 0o644;
+use crate::storage::fsutil;
+pub use crate::storage::fsutil::{PUBLIC_MODE, SECRET_MODE};
 
 /// Paths inside one data directory.
 #[derive(Debug, Clone)]
@@ -82,21 +79,13 @@ impl DataDir {
 
 /// Reads `path` as UTF-8 text; `Ok(None)` if it does not exist.
 pub fn read_optional(path: &Path) -> Result<Option<String>, ServerError> {
-    match std::fs::read(path) {
-        Ok(bytes) => String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|_| ServerError::corrupt(path, "not UTF-8 text")),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(ServerError::io(path)(e)),
-    }
+    fsutil::read_text_optional(path).map_err(|e| match e.kind() {
+        ErrorKind::InvalidData => ServerError::corrupt(path, "not UTF-8 text"),
+        _ => ServerError::io(path)(e),
+    })
 }
 
 /// Writes `contents` atomically with `mode`, naming the file on error.
 pub fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), ServerError> {
-    // A bare file name has an empty parent, which write_atomic cannot fsync.
-    let path = match path.parent() {
-        Some(parent) if parent.as_os_str().is_empty() => Path::new(".").join(path),
-        _ => path.to_path_buf(),
-    };
-    crate::storage::fsutil::write_atomic(&path, contents, mode).map_err(ServerError::io(&path))
+    fsutil::write_file(path, contents, mode).map_err(ServerError::io(path))
 }

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use crate::cluster::ClusterError;
 use crate::kube::wal::WalError;
 
 #[derive(Debug, thiserror::Error)]
@@ -29,11 +30,12 @@ pub enum ServerError {
     },
     #[error(transparent)]
     Wal(#[from] WalError),
-    #[error("bootstrap: {0}")]
-    Bootstrap(String),
+    /// A start-up task stopped before finishing (it panicked or the runtime is stopping).
+    #[error("{what}: {reason}")]
+    Task { what: &'static str, reason: String },
     /// Forming, joining or running the cluster failed.
     #[error("cluster: {0}")]
-    Cluster(String),
+    Cluster(#[from] ClusterError),
 }
 
 impl ServerError {

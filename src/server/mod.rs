@@ -3,24 +3,25 @@
 //!
 //! # Layout
 //! - [`settings`]: the resolved configuration (`ServerSettings`) the CLI builds from flags.
-//! - [`run`]: the assembly and lifecycle of one process (start, ready, shutdown).
+//! - [`run`]: the assembly and lifecycle of one process (start, ready, shutdown); the
+//!   leader-gated singletons it starts live in `controllers`.
 //! - [`datadir`], [`pki`], [`token`], [`kubeconfig`]: what lives in the data directory.
 //! - [`listener`]: the API port (TLS/plain detection, connection bounds, draining);
 //!   [`tls`]: its rustls configuration.
 //! - [`authn`]: who is calling; [`dispatch`]: what the transport answers itself (401, 404)
 //!   and what it hands to `api::router`.
-//! - [`bootstrap`], [`lease`], [`meta`]: objects the server writes itself.
+//! - [`backend`]: single server or cluster member, the one value the rest asks;
+//!   [`identity_lease`]: this server's Lease, renewed by every server.
 //! - `ServerError` lives in [`error`].
 
 pub mod authn;
-pub mod bootstrap;
+pub mod backend;
 pub mod datadir;
 pub mod dispatch;
 pub mod error;
+pub mod identity_lease;
 pub mod kubeconfig;
-pub mod lease;
 pub mod listener;
-pub mod meta;
 pub mod pki;
 pub mod run;
 pub mod settings;

@@ -1,11 +1,13 @@
-//! Assembles and runs one API server process: data directory, PKI and token, kubeconfig,
-//! store and WAL, listener, bootstrap objects, the Lease loop, and shutdown on SIGTERM or
-//! SIGINT.
+//! Assembles and runs one API server process, in one order for both modes: data directory
+//! (and, joining a cluster, what the cluster shares), PKI and token, store (a single server
+//! replays objects.wal first), listener, kubeconfig, the backend (`backend`: single server or
+//! cluster member), the API context, the leader-gated runner, this server's identity Lease,
+//! readiness, and shutdown on SIGTERM or SIGINT.
 //!
-//! Readiness (`ApiContext::ready`) turns true once the WAL is replayed, the port is bound and
-//! the bootstrap objects exist, so a client that sees /readyz 200 finds the namespaces.
+//! Readiness (`ApiContext::ready`) turns true once the backend is in step (a single server:
+//! the WAL replayed; a member: following a leader) and the store holds the bootstrap objects,
+//! so a client that sees /readyz 200 finds the namespaces.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
@@ -13,16 +15,22 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::authn::Authenticator;
-use super::datadir::DataDir;
+use super::backend::{self, Backend};
+use super::datadir::{read_optional, write_file, DataDir, PUBLIC_MODE, SECRET_MODE};
 use super::dispatch::Dispatch;
 use super::error::ServerError;
 use super::listener::{Limits, Listener};
 use super::settings::ServerSettings;
 use super::token::AdminToken;
-use super::{bootstrap, kubeconfig, lease, pki, tls};
+use super::{identity_lease, kubeconfig, pki, tls};
 use crate::api::{ApiContext, ApiSettings};
+use crate::client::{identities, Client};
 use crate::cluster::member::ClusterDir;
-use crate::cluster::start::{self as cluster_start, Mode};
+use crate::cluster::mode::{self, Mode};
+use crate::cluster::protocol::JoinBundle;
+use crate::cluster::start as cluster_start;
+use crate::controllers::bootstrap::{self, ApiServers};
+use crate::controllers::runner::{self, RunnerInputs};
 use crate::kube::store::{Store, StoreConfig};
 use crate::kube::wal::{WalConfig, WalWriter};
 
@@ -59,23 +67,26 @@ pub async fn run(settings: ServerSettings) -> Result<(), ServerError> {
 
 /// Runs the API server until `shutdown` fires (tests and embedders drive this directly).
 /// `heartbeat` is beaten by the loop whose liveness the systemd watchdog checks: the Raft core
-/// of a cluster member (`cluster::start::beat_while_core_responds`), the API runtime of a
-/// single server.
+/// of a cluster member, the API runtime of a single server.
 pub async fn run_until(
     settings: ServerSettings,
     shutdown: CancellationToken,
     readiness: Arc<crate::systemd::readiness::ReadinessReporter>,
     heartbeat: crate::systemd::watchdog::Heartbeat,
 ) -> Result<(), ServerError> {
-    // Until a Raft core exists, the API runtime staying responsive is the liveness signal
-    // (it covers WAL replay and joining); a single server keeps it for good.
-    let runtime_beat = shutdown.child_token();
-    tokio::spawn(beat_while_running(heartbeat.clone(), runtime_beat.clone()));
+    // Until the backend runs, the API runtime staying responsive is the liveness signal (it
+    // covers WAL replay and joining).
+    let startup_beat = shutdown.child_token();
+    tokio::spawn(backend::beat_while_running(
+        heartbeat.clone(),
+        startup_beat.clone(),
+    ));
     let dir = DataDir::prepare(&settings.data_dir)?;
     let cluster_dir = ClusterDir::new(dir.root());
-    let mode = cluster_start::decide(&settings, &cluster_dir)?;
+    let mode = mode::decide(&settings.cluster, &cluster_dir)?;
     if let Mode::Join { addr, token } = &mode {
-        cluster_start::prepare_join(&dir, &cluster_dir, addr, token).await?;
+        let bundle = mode::fetch_join_bundle(&cluster_dir, addr, token).await?;
+        store_join_bundle(&dir, &bundle)?;
     }
     let token = AdminToken::load_or_create(&dir.admin_token())?;
     let pki = pki::load_or_create(&dir, &pki::serving_names(&settings))?;
@@ -85,7 +96,7 @@ pub async fn run_until(
         history_window: settings.watch_history,
         ..StoreConfig::default()
     }));
-    let wal_writer = match mode {
+    let wal = match mode {
         Mode::Single => Some(open_wal(&dir, &store, &readiness).await?),
         _ => None,
     };
@@ -109,50 +120,52 @@ pub async fn run_until(
     let kubeconfig_yaml = kubeconfig::render(&url, &pki.ca_cert_pem, token.as_str());
     kubeconfig::write(&settings.kubeconfig, &kubeconfig_yaml)?;
 
+    let backend = match wal {
+        Some(wal) => Backend::single(wal),
+        None => {
+            let ca_key = read_optional(&dir.ca_key())?.unwrap_or_default();
+            let advertised_ip = settings
+                .advertised_ips()
+                .first()
+                .copied()
+                .unwrap_or(bound.ip());
+            Backend::member(
+                cluster_start::start(cluster_start::StartInputs {
+                    mode,
+                    name: settings.name.clone(),
+                    data_dir: dir.root(),
+                    listen_ip: settings.listen.ip(),
+                    advertised_ip,
+                    raft_port: settings.cluster.raft_port,
+                    store: store.clone(),
+                    ca_cert: pki.ca_cert_pem.clone(),
+                    ca_key,
+                    tls: TlsAcceptor::from(tls_config.clone()),
+                    admin_token: token.as_str().to_string(),
+                    api_addr: bound,
+                    shutdown: shutdown.clone(),
+                    readiness: readiness.clone(),
+                })
+                .await?,
+            )
+        }
+    };
     let api_settings = ApiSettings {
         server_name: settings.name.clone(),
         node_ips: settings.advertised_ips(),
         api_port: bound.port(),
         service_cidr: settings.service_cidr.clone(),
     };
-    let (ctx, member) = match wal_writer {
-        Some(writer) => (
-            Arc::new(ApiContext::new(
-                store.clone(),
-                Arc::new(writer),
-                api_settings.clone(),
-            )),
-            None,
-        ),
-        None => {
-            let started = cluster_start::start(cluster_start::StartInputs {
-                mode,
-                settings: &settings,
-                data: &dir,
-                store: store.clone(),
-                ca_cert: pki.ca_cert_pem.clone(),
-                tls: TlsAcceptor::from(tls_config.clone()),
-                admin_token: token.as_str().to_string(),
-                api_addr: bound,
-                shutdown: shutdown.clone(),
-                readiness: readiness.clone(),
-            })
-            .await?;
-            let ctx = Arc::new(cluster_start::api_context(
-                &started.node,
-                store.clone(),
-                api_settings.clone(),
-            ));
-            (ctx, Some(started))
-        }
-    };
+    let ctx = Arc::new(
+        ApiContext::new(store.clone(), backend.writer(), api_settings).with_reads(backend.reads()),
+    );
     let listener = Listener {
         tcp,
         tls: TlsAcceptor::from(tls_config),
         dispatch: Arc::new(Dispatch {
             ctx: ctx.clone(),
             authn: Authenticator::new(token),
-            cluster: member.as_ref().map(|m| m.endpoints.clone()),
+            cluster: backend.cluster_endpoints(),
         }),
         limits: Limits::default(),
     };
@@ -165,82 +178,76 @@ pub async fn run_until(
         "API server listening"
     );
 
-    match &member {
-        None => {
-            bootstrap::ensure_all(&ctx).await?;
-            lease::renew(&ctx, &settings.hostname)
-                .await
-                .map_err(|e| ServerError::Bootstrap(format!("apiserver lease: {e}")))?;
-            tokio::spawn(lease::renew_loop(
-                ctx.clone(),
-                settings.hostname.clone(),
-                shutdown.clone(),
-            ));
-            ctx.ready.store(true, Ordering::SeqCst);
-            tracing::info!(component = "server", "ready");
-
-            readiness.set(
-                crate::systemd::readiness::Readiness::Ready {
-                    role: crate::systemd::readiness::Role::Single,
-                    term: 0,
-                    applied: ctx.store.resource_version(),
-                },
-                "WAL replayed, listening, bootstrap objects present",
-            );
-        }
-        Some(started) => {
-            tokio::spawn(crate::cluster::leader::run(
-                started.node.clone(),
-                store.clone(),
-                api_settings,
-                shutdown.clone(),
-            ));
-            runtime_beat.cancel();
-            tokio::spawn(cluster_start::beat_while_core_responds(
-                started.node.clone(),
-                heartbeat.clone(),
-                shutdown.clone(),
-            ));
-            tokio::spawn(cluster_start::readiness_loop(
-                started.node.clone(),
-                ctx.clone(),
-                readiness.clone(),
-                shutdown.clone(),
-            ));
-            // Each member's own Lease (SPEC H7), renewed through the cluster writer.
-            let (lease_ctx, name, stop) = (ctx.clone(), settings.name.clone(), shutdown.clone());
-            tokio::spawn(async move {
-                if let Err(e) = lease::renew(&lease_ctx, &name).await {
-                    tracing::warn!(error = %e, "creating the apiserver lease failed; retrying");
-                }
-                lease::renew_loop(lease_ctx, name, stop).await;
-            });
-        }
-    }
+    // The leader-gated singletons, the same in both modes.
+    let api_server_ips = backend.api_server_ips(settings.advertised_ips());
+    let (service_ip, api_port) = (settings.kubernetes_service_ip, bound.port());
+    tokio::spawn(runner::run(
+        RunnerInputs {
+            leading: backend.leading(),
+            ctx: Arc::new(backend.leader_context(&ctx)),
+            server_name: settings.name.clone(),
+            api_servers: Arc::new(move || ApiServers {
+                ips: api_server_ips(),
+                port: api_port,
+                service_ip,
+            }),
+            bootstrap_delay: bootstrap_delay_failpoint(),
+        },
+        shutdown.clone(),
+    ));
+    // Every server's own identity Lease, written like any of its own writes.
+    let lease_client = Client::new(ctx.clone(), identities::apiserver(), "kube-apiserver");
+    tokio::spawn(identity_lease::renew_loop(
+        lease_client,
+        settings.name.clone(),
+        settings.hostname.clone(),
+        shutdown.clone(),
+    ));
+    startup_beat.cancel();
+    backend.watch_health(
+        ctx.clone(),
+        bootstrap::present,
+        readiness.clone(),
+        heartbeat,
+        shutdown.clone(),
+    );
 
     if serving.await.is_err() {
         tracing::error!("the listener task panicked");
     }
-    if let Some(started) = member {
-        crate::cluster::handoff::hand_off(&started.node).await;
-        started.node.shutdown().await;
-    }
+    backend.stop().await;
     tracing::info!(component = "server", "stopped");
     Ok(())
 }
 
-/// Beats `heartbeat` every second until `stop`: proof that the runtime runs its tasks.
-async fn beat_while_running(
-    heartbeat: crate::systemd::watchdog::Heartbeat,
-    stop: CancellationToken,
-) {
-    while !stop.is_cancelled() {
-        heartbeat.beat();
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+/// `LITEK8S_FAILPOINT_BOOTSTRAP_DELAY_MS=N`: a new leader waits N ms before its first pass
+/// over the bootstrap objects, so that a test can show readiness waiting for them. Unset in
+/// production.
+fn bootstrap_delay_failpoint() -> std::time::Duration {
+    std::env::var("LITEK8S_FAILPOINT_BOOTSTRAP_DELAY_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map(std::time::Duration::from_millis)
+        .unwrap_or_default()
+}
+
+/// Stores what a joiner received from the cluster in the data directory: the CA (a different
+/// CA than before means certificates of another cluster, so the serving certificate is made
+/// again), the CA key and the admin token.
+fn store_join_bundle(dir: &DataDir, bundle: &JoinBundle) -> Result<(), ServerError> {
+    if let Some(existing) = read_optional(&dir.ca_cert())? {
+        if existing != bundle.ca_cert {
+            let _ = std::fs::remove_file(dir.server_cert());
+            let _ = std::fs::remove_file(dir.server_key());
         }
     }
+    write_file(&dir.ca_cert(), bundle.ca_cert.as_bytes(), PUBLIC_MODE)?;
+    write_file(&dir.ca_key(), bundle.ca_key.as_bytes(), SECRET_MODE)?;
+    write_file(
+        &dir.admin_token(),
+        format!("{}\n", bundle.admin_token).as_bytes(),
+        SECRET_MODE,
+    )
 }
 
 /// Replays objects.wal into `store` (single server).
@@ -274,8 +281,10 @@ async fn open_wal(
             ),
         }
     };
-    let (writer, report) =
-        replayed.map_err(|e| ServerError::Bootstrap(format!("WAL replay task failed: {e}")))??;
+    let (writer, report) = replayed.map_err(|e| ServerError::Task {
+        what: "replaying objects.wal",
+        reason: e.to_string(),
+    })??;
     tracing::info!(
         component = "store",
         checkpoint_objects = report.checkpoint_objects,

@@ -4,6 +4,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
+use crate::cluster::ClusterFlags;
+
 /// Everything `server::run` needs, already validated (the CLI builds it from flags).
 #[derive(Debug, Clone)]
 pub struct ServerSettings {
@@ -27,26 +29,6 @@ pub struct ServerSettings {
     pub watch_history: usize,
     /// HA cluster flags (all unset: a single server).
     pub cluster: ClusterFlags,
-}
-
-/// `--cluster-init`, `--server`, `--raft-port` and the `LITEK8S_TOKEN` environment variable.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct ClusterFlags {
-    pub init: bool,
-    pub server: Option<String>,
-    pub raft_port: Option<u16>,
-    pub token: Option<String>,
-}
-
-impl std::fmt::Debug for ClusterFlags {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClusterFlags")
-            .field("init", &self.init)
-            .field("server", &self.server)
-            .field("raft_port", &self.raft_port)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .finish()
-    }
 }
 
 impl ServerSettings {

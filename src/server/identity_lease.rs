@@ -1,6 +1,8 @@
 //! This server's identity Lease, `kube-system/litek8s-apiserver-<name>`: created at start and
-//! renewed every 10 s so `kubectl get leases -A` shows which API servers are alive (and, in
-//! HA, so the leader can publish the live ones as the `kubernetes` endpoints).
+//! renewed every 10 s by every server (not only the leader), so `kubectl get leases -A` shows
+//! which API servers are alive, and so the leader can publish the live ones as the
+//! `kubernetes` endpoints. Written through the in-process client: on a follower the write is
+//! proposed to the leader like any of its own writes.
 
 use std::time::Duration;
 
@@ -8,11 +10,9 @@ use chrono::Utc;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::meta;
-use crate::api::ApiContext;
-use crate::kube::mutation::{Mutation, Precondition};
-use crate::kube::object::ObjectKey;
-use crate::kube::writer::WriteError;
+use crate::api::lease::format_micro;
+use crate::client::{Client, ClientError};
+use crate::kube::resources::{self, ResourceInfo};
 
 /// How often the Lease is renewed (upstream apiserver identity leases use 10 s too).
 pub const RENEW_INTERVAL: Duration = Duration::from_secs(10);
@@ -21,48 +21,46 @@ pub const LEASE_DURATION_SECONDS: u64 = 3600;
 /// Label upstream puts on apiserver identity leases; the value names the implementation.
 pub const IDENTITY_LABEL: &str = "apiserver.kubernetes.io/identity";
 
-/// The key of the Lease of server `name`.
-pub fn lease_key(name: &str) -> ObjectKey {
-    ObjectKey::new(
-        "coordination.k8s.io/leases",
-        "kube-system",
-        format!("litek8s-apiserver-{name}"),
-    )
+/// The name of the Lease of server `name` (in `kube-system`).
+pub fn lease_name(name: &str) -> String {
+    format!("litek8s-apiserver-{name}")
 }
 
-/// Creates the Lease, or renews it if it exists.
-pub async fn renew(ctx: &ApiContext, hostname: &str) -> Result<(), WriteError> {
-    let name = &ctx.settings.server_name;
-    let key = lease_key(name);
-    let now = meta::micro_time(Utc::now());
-    let mutation = match ctx.store.get(&key) {
+fn leases() -> &'static ResourceInfo {
+    resources::find("coordination.k8s.io", "v1", "leases")
+        .unwrap_or_else(|| panic!("built-in kind leases.coordination.k8s.io is not registered"))
+}
+
+/// Creates the Lease of server `server_name`, or renews it if it exists.
+pub async fn renew(client: &Client, server_name: &str, hostname: &str) -> Result<(), ClientError> {
+    let name = lease_name(server_name);
+    let now = format_micro(Utc::now());
+    match client.get(leases(), "kube-system", &name) {
         None => {
             let object = json!({
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
                 "metadata": {
+                    "name": name,
+                    "namespace": "kube-system",
                     "labels": {
                         IDENTITY_LABEL: "litek8s-apiserver",
                         "kubernetes.io/hostname": hostname,
                     },
                 },
                 "spec": {
-                    "holderIdentity": name,
+                    "holderIdentity": server_name,
                     "leaseDurationSeconds": LEASE_DURATION_SECONDS,
                     "acquireTime": now,
                     "renewTime": now,
                 },
             });
-            Mutation::Create {
-                object: meta::with_new_metadata(object, &key),
-                key,
-                requires_open_namespace: false,
-            }
+            client.create(leases(), "kube-system", &object).await?;
         }
         Some(current) => {
             let mut object = current.value();
             if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
-                spec.insert("holderIdentity".into(), json!(name));
+                spec.insert("holderIdentity".into(), json!(server_name));
                 spec.insert("leaseDurationSeconds".into(), json!(LEASE_DURATION_SECONDS));
                 spec.insert("renewTime".into(), json!(now));
             } else if let Some(obj) = object.as_object_mut() {
@@ -70,41 +68,51 @@ pub async fn renew(ctx: &ApiContext, hostname: &str) -> Result<(), WriteError> {
                 obj.insert(
                     "spec".into(),
                     json!({
-                        "holderIdentity": name,
+                        "holderIdentity": server_name,
                         "leaseDurationSeconds": LEASE_DURATION_SECONDS,
                         "acquireTime": now,
                         "renewTime": now,
                     }),
                 );
             }
-            Mutation::Update {
-                key,
-                object,
-                precondition: Precondition::at(current.resource_version),
-            }
+            client
+                .update(leases(), "kube-system", &name, &object)
+                .await?;
         }
-    };
-    ctx.writer.write(mutation).await.map(|_| ())
+    }
+    Ok(())
 }
 
-/// Renews the Lease every `RENEW_INTERVAL` until `shutdown`. A failed renewal (a conflict
-/// with a concurrent writer, storage trouble) is logged and retried on the next tick.
+/// Pause before retrying a renewal that failed (the `kube-system` namespace not created yet
+/// at a first start, no leader yet on a member).
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+
+/// Creates the Lease at once, then renews it every `RENEW_INTERVAL` until `shutdown`. A failed
+/// renewal is retried after a second; a run of failures is logged once, with the first error.
 pub async fn renew_loop(
-    ctx: std::sync::Arc<ApiContext>,
+    client: Client,
+    server_name: String,
     hostname: String,
     shutdown: CancellationToken,
 ) {
-    // The first renewal is one interval out: `run` has just created or renewed the Lease.
-    let mut tick =
-        tokio::time::interval_at(tokio::time::Instant::now() + RENEW_INTERVAL, RENEW_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
     loop {
+        let wait = match renew(&client, &server_name, &hostname).await {
+            Ok(()) => {
+                failing = false;
+                RENEW_INTERVAL
+            }
+            Err(e) => {
+                if !failing {
+                    tracing::warn!(component = "server", error = %e, "renewing the apiserver lease failed; retrying");
+                }
+                failing = true;
+                RETRY_AFTER_FAILURE
+            }
+        };
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        if let Err(e) = renew(&ctx, &hostname).await {
-            tracing::warn!(error = %e, "renewing the apiserver lease failed");
+            _ = tokio::time::sleep(wait) => {}
         }
     }
 }
@@ -112,7 +120,7 @@ pub async fn renew_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::bootstrap::tests::test_ctx;
+    use crate::client::testing::{apiserver_client, wal_context};
 
     fn is_micro_time(s: &str) -> bool {
         // 2006-01-02T15:04:05.000000Z
@@ -126,21 +134,40 @@ mod tests {
     #[tokio::test]
     async fn creates_then_renews_with_micro_time() {
         let dir = tempfile::tempdir().unwrap();
-        let ctx = test_ctx(dir.path(), 6443);
-        renew(&ctx, "host-a").await.unwrap();
-        let first = ctx.store.get(&lease_key("s1")).unwrap();
+        let ctx = wal_context(dir.path());
+        let client = apiserver_client(&ctx);
+        crate::controllers::bootstrap::ensure_all(
+            &client,
+            &crate::controllers::bootstrap::ApiServers {
+                ips: vec!["127.0.0.1".parse().unwrap()],
+                port: 6443,
+                service_ip: "10.43.0.1".parse().unwrap(),
+            },
+        )
+        .await
+        .unwrap();
+        renew(&client, "s1", "host-a").await.unwrap();
+        let first = client
+            .get(leases(), "kube-system", "litek8s-apiserver-s1")
+            .unwrap();
         let v = first.value();
         assert_eq!(v["metadata"]["name"], "litek8s-apiserver-s1");
         assert_eq!(v["metadata"]["namespace"], "kube-system");
         assert_eq!(v["metadata"]["labels"][IDENTITY_LABEL], "litek8s-apiserver");
         assert_eq!(v["metadata"]["labels"]["kubernetes.io/hostname"], "host-a");
+        assert_eq!(
+            v["metadata"]["managedFields"][0]["manager"],
+            "kube-apiserver"
+        );
         assert_eq!(v["spec"]["holderIdentity"], "s1");
         assert_eq!(v["spec"]["leaseDurationSeconds"], 3600);
         let renew_time = v["spec"]["renewTime"].as_str().unwrap();
         assert!(is_micro_time(renew_time), "{renew_time}");
 
-        renew(&ctx, "host-a").await.unwrap();
-        let second = ctx.store.get(&lease_key("s1")).unwrap();
+        renew(&client, "s1", "host-a").await.unwrap();
+        let second = client
+            .get(leases(), "kube-system", "litek8s-apiserver-s1")
+            .unwrap();
         assert_eq!(second.resource_version, first.resource_version + 1);
         assert_eq!(second.uid, first.uid);
         assert!(is_micro_time(

@@ -1,19 +1,19 @@
-//! Bootstrap objects every cluster has, ensured on every start: the four system namespaces
-//! and the `default/kubernetes` Service with its Endpoints and EndpointSlice pointing at this
-//! server. Idempotent: a missing object is created, one whose managed fields drifted (a new
-//! port or node IP) is updated in place, anything else is left alone.
+//! The objects every cluster has, kept by the leader: the four system namespaces and the
+//! `default/kubernetes` Service with its Endpoints and EndpointSlice listing the API servers
+//! that are up to date (kube-apiserver's lease endpoint reconciler does the same). Idempotent:
+//! a missing object is created, one whose managed fields drifted (a new port, a member that
+//! joined or fell behind) is updated in place, anything else is left alone. Every write goes
+//! through the in-process client, so the objects get the API's defaults, validation and
+//! managedFields like any other.
 
 use std::net::IpAddr;
 
 use serde_json::{json, Map, Value};
 
-use super::error::ServerError;
-use super::meta;
-use crate::api::ApiContext;
-use crate::kube::mutation::{ApplyError, Mutation, Precondition};
+use crate::client::{Client, ClientError};
 use crate::kube::object::ObjectKey;
+use crate::kube::resources::{self, ResourceInfo};
 use crate::kube::store::Store;
-use crate::kube::writer::WriteError;
 
 /// Namespaces that exist in every cluster.
 pub const SYSTEM_NAMESPACES: [&str; 4] =
@@ -33,65 +33,84 @@ pub fn present(store: &Store) -> bool {
             .is_some()
 }
 
+/// Why the bootstrap objects could not be ensured.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    #[error("{object}: {error}")]
+    Write { object: String, error: ClientError },
+}
+
+/// Where the `kubernetes` Service points: the API servers' addresses and port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiServers {
+    pub ips: Vec<IpAddr>,
+    pub port: u16,
+    /// The Service's ClusterIP: the first address of the service CIDR.
+    pub service_ip: IpAddr,
+}
+
 /// Creates or repairs the bootstrap objects.
-pub async fn ensure_all(ctx: &ApiContext) -> Result<(), ServerError> {
+pub async fn ensure_all(client: &Client, servers: &ApiServers) -> Result<(), BootstrapError> {
     for ns in SYSTEM_NAMESPACES {
-        ensure(
-            ctx,
-            ObjectKey::new("namespaces", "", ns),
-            namespace(ns),
-            &[],
-        )
-        .await?;
+        ensure(client, kind("", "namespaces"), "", ns, namespace(ns), &[]).await?;
     }
-    let settings = &ctx.settings;
-    let service_ip = crate::server::settings::first_service_ip(&settings.service_cidr)
-        .map_err(|e| ServerError::Bootstrap(e.to_string()))?;
+    let service_ip = servers.service_ip;
     ensure(
-        ctx,
-        ObjectKey::new("services", "default", "kubernetes"),
-        kubernetes_service(service_ip, settings.api_port),
+        client,
+        kind("", "services"),
+        "default",
+        "kubernetes",
+        kubernetes_service(service_ip, servers.port),
         &["spec"],
     )
     .await?;
     ensure(
-        ctx,
-        ObjectKey::new("endpoints", "default", "kubernetes"),
-        kubernetes_endpoints(&settings.node_ips, settings.api_port),
+        client,
+        kind("", "endpoints"),
+        "default",
+        "kubernetes",
+        kubernetes_endpoints(&servers.ips, servers.port),
         &["subsets"],
     )
     .await?;
     ensure(
-        ctx,
-        ObjectKey::new("discovery.k8s.io/endpointslices", "default", "kubernetes"),
-        kubernetes_endpoint_slice(&settings.node_ips, settings.api_port),
+        client,
+        kind("discovery.k8s.io", "endpointslices"),
+        "default",
+        "kubernetes",
+        kubernetes_endpoint_slice(&servers.ips, servers.port),
         &["addressType", "endpoints", "ports"],
     )
     .await?;
     Ok(())
 }
 
-/// Makes the object at `key` exist with `desired`'s labels and top-level `managed` fields.
+/// A built-in kind of the registry.
+fn kind(group: &str, plural: &str) -> &'static ResourceInfo {
+    resources::RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.plural == plural)
+        .unwrap_or_else(|| panic!("built-in kind {plural}.{group} is not registered"))
+}
+
+/// Makes the object exist with `desired`'s labels and top-level `managed` fields.
 async fn ensure(
-    ctx: &ApiContext,
-    key: ObjectKey,
+    client: &Client,
+    info: &'static ResourceInfo,
+    namespace: &str,
+    name: &str,
     desired: Value,
     managed: &[&str],
-) -> Result<(), ServerError> {
-    let failed = |e: WriteError| ServerError::Bootstrap(format!("{key}: {e}"));
-    let Some(current) = ctx.store.get(&key) else {
-        let object = meta::with_new_metadata(desired, &key);
-        return match ctx
-            .writer
-            .write(Mutation::Create {
-                key: key.clone(),
-                object,
-                requires_open_namespace: false,
-            })
-            .await
-        {
-            // Another writer (a client racing startup) created it first: theirs stands.
-            Ok(_) | Err(WriteError::Rejected(ApplyError::AlreadyExists(_))) => Ok(()),
+) -> Result<(), BootstrapError> {
+    let failed = |error: ClientError| BootstrapError::Write {
+        object: ObjectKey::new(info.store_key(), namespace, name).to_string(),
+        error,
+    };
+    let Some(current) = client.get(info, namespace, name) else {
+        return match client.create(info, namespace, &desired).await {
+            // Another writer (a client racing start-up) created it first: theirs stands.
+            Ok(_) => Ok(()),
+            Err(e) if e.is_already_exists() => Ok(()),
             Err(e) => Err(failed(e)),
         };
     };
@@ -114,13 +133,12 @@ async fn ensure(
     if !changed {
         return Ok(());
     }
-    tracing::info!(%key, "updating bootstrap object");
-    let mutation = Mutation::Update {
-        key: key.clone(),
-        object,
-        precondition: Precondition::at(current.resource_version),
-    };
-    ctx.writer.write(mutation).await.map(|_| ()).map_err(failed)
+    tracing::info!(component = "controllers", kind = info.kind, %namespace, %name, "updating bootstrap object");
+    client
+        .update(info, namespace, name, &object)
+        .await
+        .map(|_| ())
+        .map_err(failed)
 }
 
 /// Adds `labels` to `object`'s labels; whether anything changed.
@@ -229,42 +247,33 @@ fn kubernetes_endpoint_slice(node_ips: &[IpAddr], api_port: u16) -> Value {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::api::ApiSettings;
-    use crate::kube::store::{Store, StoreConfig};
-    use crate::kube::wal::{WalConfig, WalWriter};
-    use std::sync::Arc;
+    use crate::client::testing::{apiserver_client, wal_context};
 
-    /// An ApiContext over a fresh store and WAL in `dir`.
-    pub(crate) fn test_ctx(dir: &std::path::Path, api_port: u16) -> ApiContext {
-        let store = Arc::new(Store::new(StoreConfig::default()));
-        let (writer, _) = WalWriter::open(dir, store.clone(), WalConfig::default()).unwrap();
-        ApiContext::new(
-            store,
-            Arc::new(writer),
-            ApiSettings {
-                server_name: "s1".into(),
-                node_ips: vec!["127.0.0.1".parse().unwrap()],
-                api_port,
-                service_cidr: "10.43.0.0/16".into(),
-            },
-        )
+    fn servers(port: u16) -> ApiServers {
+        ApiServers {
+            ips: vec!["127.0.0.1".parse().unwrap()],
+            port,
+            service_ip: "10.43.0.1".parse().unwrap(),
+        }
     }
 
     #[tokio::test]
-    async fn creates_objects_once_and_repairs_drift() {
+    async fn creates_objects_once_through_the_api_and_repairs_drift() {
         let dir = tempfile::tempdir().unwrap();
-        let ctx = test_ctx(dir.path(), 6443);
-        ensure_all(&ctx).await.unwrap();
+        let ctx = wal_context(dir.path());
+        let client = apiserver_client(&ctx);
+        ensure_all(&client, &servers(6443)).await.unwrap();
         let rv = ctx.store.resource_version();
         assert_eq!(rv, 7);
-        ensure_all(&ctx).await.unwrap();
+        ensure_all(&client, &servers(6443)).await.unwrap();
         assert_eq!(
             ctx.store.resource_version(),
             rv,
             "second run must not write"
         );
+        assert!(present(&ctx.store));
 
         let ns = ctx
             .store
@@ -277,6 +286,11 @@ pub(crate) mod tests {
         );
         assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
         assert_eq!(ns["status"]["phase"], "Active");
+        // Written through the API pipeline: managedFields name the API server.
+        assert_eq!(
+            ns["metadata"]["managedFields"][0]["manager"],
+            "kube-apiserver"
+        );
         let uid = ns["metadata"]["uid"].as_str().unwrap();
         assert_eq!(uuid::Uuid::parse_str(uid).unwrap().get_version_num(), 4);
         let created = ns["metadata"]["creationTimestamp"].as_str().unwrap();
@@ -303,15 +317,7 @@ pub(crate) mod tests {
         assert_eq!(ep["subsets"][0]["addresses"][0]["ip"], "127.0.0.1");
 
         // A new port (a restart with another --listen) updates in place, keeping the uid.
-        let moved = ApiContext::new(
-            ctx.store.clone(),
-            ctx.writer.clone(),
-            ApiSettings {
-                api_port: 7443,
-                ..ctx.settings.clone()
-            },
-        );
-        ensure_all(&moved).await.unwrap();
+        ensure_all(&client, &servers(7443)).await.unwrap();
         assert_eq!(ctx.store.resource_version(), rv + 3);
         let svc2 = ctx.store.get(&svc_key).unwrap().value();
         assert_eq!(svc2["spec"]["ports"][0]["targetPort"], 7443);

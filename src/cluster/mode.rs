@@ -1,0 +1,117 @@
+//! How a start runs, decided once from the data directory and the flags: a single server, the
+//! first member of a new cluster (`--cluster-init`), a server joining one (`--server URL`), or
+//! a member restarting (its data directory holds `raft/member.json`, and then the flags are
+//! ignored: a data directory that belongs to a cluster always restarts as that member).
+
+use super::error::{read_optional, write_file, ClusterError};
+use super::join;
+use super::member::{ClusterDir, Identity};
+use super::protocol::JoinBundle;
+use super::token::{ClusterSecret, JoinToken};
+use crate::storage::fsutil::SECRET_MODE;
+
+/// `--cluster-init`, `--server`, `--raft-port` and the `LITEK8S_TOKEN` environment variable.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ClusterFlags {
+    pub init: bool,
+    pub server: Option<String>,
+    pub raft_port: Option<u16>,
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for ClusterFlags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterFlags")
+            .field("init", &self.init)
+            .field("server", &self.server)
+            .field("raft_port", &self.raft_port)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// How this start runs.
+#[derive(Debug)]
+pub enum Mode {
+    /// No cluster: objects.wal.
+    Single,
+    /// `--cluster-init` on a directory that is not a member yet.
+    Init { secret: ClusterSecret },
+    /// `--server URL` on a directory that is not a member yet.
+    Join { addr: String, token: JoinToken },
+    /// The directory belongs to a cluster.
+    Member(Identity),
+}
+
+/// Decides the mode from the data directory and the flags.
+pub fn decide(flags: &ClusterFlags, dir: &ClusterDir) -> Result<Mode, ClusterError> {
+    if let Some(identity) = dir.identity()? {
+        if flags.init || flags.server.is_some() {
+            tracing::info!(
+                name = %identity.name,
+                node_id = identity.node_id,
+                "the data directory already belongs to a cluster: --cluster-init/--server ignored, restarting as that member"
+            );
+        }
+        return Ok(Mode::Member(identity));
+    }
+    let token = flags
+        .token
+        .as_deref()
+        .map(JoinToken::parse)
+        .transpose()
+        .map_err(|e| ClusterError::Config(format!("LITEK8S_TOKEN: {e}")))?;
+    if flags.init {
+        let secret = match token {
+            Some(token) => token.secret,
+            None => ClusterSecret::generate(),
+        };
+        return Ok(Mode::Init { secret });
+    }
+    if let Some(url) = &flags.server {
+        let addr = join::server_address(url).map_err(ClusterError::Config)?;
+        let token = token.ok_or_else(|| {
+            ClusterError::Config(
+                "joining needs the join token in the LITEK8S_TOKEN environment variable".into(),
+            )
+        })?;
+        return Ok(Mode::Join { addr, token });
+    }
+    Ok(Mode::Single)
+}
+
+/// The first step of a join, before the server loads its certificates: fetch the cluster CA
+/// (refused unless its hash is the token's), then the bundle the cluster shares (CA key,
+/// admin token), and keep the cluster secret in `dir`. The caller stores the bundle's server
+/// files.
+pub async fn fetch_join_bundle(
+    dir: &ClusterDir,
+    addr: &str,
+    token: &JoinToken,
+) -> Result<JoinBundle, ClusterError> {
+    let failed = |reason: String| ClusterError::Join {
+        addr: addr.to_string(),
+        reason,
+    };
+    let ca = join::fetch_verified_ca(addr, token).await.map_err(failed)?;
+    let bundle = join::fetch_bundle(addr, &ca, token).await.map_err(failed)?;
+    write_secret(dir, &token.secret)?;
+    tracing::info!(%addr, members = bundle.members.len(), "received the join bundle");
+    Ok(bundle)
+}
+
+pub(super) fn write_secret(dir: &ClusterDir, secret: &ClusterSecret) -> Result<(), ClusterError> {
+    write_file(
+        &dir.secret_file(),
+        format!("{}\n", secret.as_str()).as_bytes(),
+        SECRET_MODE,
+    )
+}
+
+pub(super) fn read_secret(dir: &ClusterDir) -> Result<ClusterSecret, ClusterError> {
+    let path = dir.secret_file();
+    let text = read_optional(&path)?.ok_or_else(|| {
+        ClusterError::corrupt(&path, "missing: the cluster secret of this member")
+    })?;
+    ClusterSecret::new(text.trim()).map_err(|e| ClusterError::corrupt(&path, e.to_string()))
+}

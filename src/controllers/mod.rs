@@ -1,0 +1,37 @@
+//! The control plane that acts on stored objects: what kube-controller-manager and
+//! kube-scheduler do in Kubernetes, run inside the API server by the leader only.
+//!
+//! # Layout
+//! - [`runner`]: starts a session of everything below while this server leads, stops it when
+//!   leadership goes; the same in single-server and cluster mode.
+//! - [`informer`]: shared informers over the local store (caches holding the store's own
+//!   objects, handlers, relist after falling behind, resync); [`queue`]: the work queue
+//!   (deduplicated keys, rate-limited retries, delays); [`worker`]: the `Controller` trait
+//!   and the loop its workers run.
+//! - [`leader_lease`]: the `kube-controller-manager` and `kube-scheduler` Leases;
+//!   [`bootstrap`]: the system namespaces and the `kubernetes` Service and endpoints.
+//! - Controllers, one file each: [`service_account`] (`default` in every namespace).
+//!
+//! Every write goes through the in-process client (`crate::client`), so controllers' writes
+//! get the API's defaults, validation and managedFields, and fail on a deposed leader.
+
+pub mod bootstrap;
+pub mod informer;
+pub mod leader_lease;
+pub mod queue;
+pub mod runner;
+pub mod service_account;
+pub mod worker;
+
+use crate::client::Client;
+
+/// What every controller of a session shares: clients under the control plane's identities.
+#[derive(Clone)]
+pub struct Shared {
+    /// kube-controller-manager's identity and field manager.
+    pub controller_manager: Client,
+    /// kube-scheduler's.
+    pub scheduler: Client,
+    /// The API server's own (bootstrap objects, endpoints).
+    pub apiserver: Client,
+}

@@ -1,0 +1,100 @@
+//! The leader-gated runner on a single server (always the leader): the control plane's
+//! leader Leases held and renewed as client-go does, the bootstrap objects written through
+//! the API pipeline, and a controller acting on a namespace created with kubectl.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::TestServer;
+use serde_json::Value;
+
+fn get_json(server: &TestServer, args: &[&str]) -> Option<Value> {
+    let mut full = vec!["get"];
+    full.extend_from_slice(args);
+    full.extend_from_slice(&["-o", "json", "--show-managed-fields"]);
+    let out = server.kubectl(&full);
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).expect("kubectl printed JSON"))
+}
+
+/// Polls `probe` until it returns `Some`, for at most `guard` (a hang guard).
+fn eventually<T>(guard: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < guard,
+            "condition not reached in {guard:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_leader_holds_the_control_plane_leases_and_renews_them() {
+    let server = TestServer::start_with(&["--name", "lk1"]);
+    for lease in ["kube-controller-manager", "kube-scheduler"] {
+        let first = eventually(Duration::from_secs(10), || {
+            get_json(&server, &["lease", "-n", "kube-system", lease])
+        });
+        let holder = first["spec"]["holderIdentity"].as_str().unwrap();
+        let (name, id) = holder.split_once('_').expect("<server-name>_<uuid>");
+        assert_eq!(name, "lk1");
+        assert!(uuid::Uuid::parse_str(id).is_ok(), "{holder}");
+        assert_eq!(first["spec"]["leaseDurationSeconds"], 15);
+        assert_eq!(first["spec"]["leaseTransitions"], 0);
+        assert_eq!(
+            first["metadata"]["managedFields"][0]["manager"], lease,
+            "written through the pipeline with the component's field manager"
+        );
+        // Renewed every 2 s: a later read shows a newer renewTime, the same holder.
+        let renewed = eventually(Duration::from_secs(10), || {
+            let now = get_json(&server, &["lease", "-n", "kube-system", lease])?;
+            (now["spec"]["renewTime"] != first["spec"]["renewTime"]).then_some(now)
+        });
+        assert_eq!(renewed["spec"]["holderIdentity"], holder);
+        assert_eq!(renewed["spec"]["acquireTime"], first["spec"]["acquireTime"]);
+    }
+    // The listing looks like a real cluster's.
+    let out = server.kubectl(&["get", "leases", "-A"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for name in [
+        "kube-controller-manager",
+        "kube-scheduler",
+        "litek8s-apiserver-lk1",
+    ] {
+        assert!(text.contains(name), "{text}");
+    }
+}
+
+#[test]
+fn bootstrap_objects_and_default_service_accounts_come_from_the_runner() {
+    let server = TestServer::start();
+    let svc = get_json(&server, &["service", "kubernetes", "-n", "default"]).unwrap();
+    assert_eq!(
+        svc["metadata"]["managedFields"][0]["manager"],
+        "kube-apiserver"
+    );
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        eventually(Duration::from_secs(10), || {
+            get_json(&server, &["serviceaccount", "default", "-n", ns])
+        });
+    }
+    let out = server.kubectl(&["create", "namespace", "team-a"]);
+    assert!(out.status.success(), "{out:?}");
+    let sa = eventually(Duration::from_secs(10), || {
+        get_json(&server, &["serviceaccount", "default", "-n", "team-a"])
+    });
+    // Deleted, it comes back.
+    let uid = sa["metadata"]["uid"].clone();
+    let out = server.kubectl(&["delete", "serviceaccount", "default", "-n", "team-a"]);
+    assert!(out.status.success(), "{out:?}");
+    eventually(Duration::from_secs(10), || {
+        get_json(&server, &["serviceaccount", "default", "-n", "team-a"])
+            .filter(|again| again["metadata"]["uid"] != uid)
+    });
+}
