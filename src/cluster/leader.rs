@@ -1,8 +1,9 @@
-//! Leader-only loops (SPEC H6, H7): started once this member leads and has applied an entry
-//! of its own term (so its store holds everything committed before), cancelled as soon as it
-//! stops leading. Their writes go through `LeaderOnlyWriter` and fail, never forward, on a
-//! member that no longer leads. Today: the bootstrap objects and the `default/kubernetes`
-//! Endpoints/EndpointSlice published from the members that are up to date.
+//! Leader-only loops (docs/guarantees.md, Leader-only loops): started once this member leads
+//! and has applied an entry of its own term (so its store holds everything committed before),
+//! cancelled as soon as it stops leading. Their writes go through `LeaderOnlyWriter` and fail,
+//! never forward, on a member that no longer leads. The loops: the bootstrap objects, and the
+//! `default/kubernetes` Endpoints/EndpointSlice published from the members that are up to date
+//! (docs/guarantees.md, Identity Leases and the kubernetes endpoints).
 
 use std::net::IpAddr;
 use std::sync::Arc;

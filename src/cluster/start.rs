@@ -413,7 +413,8 @@ fn role_name(state: ServerState) -> &'static str {
     }
 }
 
-/// Keeps `/readyz` and sd_notify in step with the Raft state (SPEC H12) until `shutdown`.
+/// Keeps `/readyz` and sd_notify in step with the Raft state until `shutdown`, so an isolated
+/// member turns not ready within 3 s (docs/guarantees.md, Isolation and readiness).
 /// Each change of role or term is logged with `COMPONENT=raft`, `RAFT_ROLE=`, `RAFT_TERM=`;
 /// while the entries found in the local log at start-up are being re-applied, the status is
 /// the replay progress (which also extends systemd's start timeout).

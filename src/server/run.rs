@@ -207,7 +207,8 @@ pub async fn run_until(
                 readiness.clone(),
                 shutdown.clone(),
             ));
-            // Each member's own Lease (SPEC H7), renewed through the cluster writer.
+            // Each member's own identity Lease, renewed through the cluster writer (a follower's
+            // renewal is a proposal to the leader; docs/guarantees.md, Identity Leases).
             let (lease_ctx, name, stop) = (ctx.clone(), settings.name.clone(), shutdown.clone());
             tokio::spawn(async move {
                 if let Err(e) = lease::renew(&lease_ctx, &name).await {
