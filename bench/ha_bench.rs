@@ -1,7 +1,7 @@
 //! HA benchmark against clusters of the real (release) binary on loopback. Run through
 //! `bench/ha.sh`, which builds the release binary and passes it in `LITEK8S_BIN`.
 //!
-//! Measures (SPEC H10, issue 5):
+//! Measures (docs/guarantees.md, Timers; the targets are in the table it writes):
 //! - failover: the window in which no write succeeds after the leader is SIGKILLed (or, a
 //!   planned stop, SIGTERMed), with default timers and with `LITEK8S_RAFT_HEARTBEAT_MS=100`;
 //!   min / p50 / max over repeated kills (the killed member restarts between kills);
@@ -344,7 +344,7 @@ fn main() {
         .unwrap_or_else(|| "bench/HA.md".to_string());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     // Sized explicitly, so that TOKIO_WORKER_THREADS given to the members (an experiment in
-    // bench/HA.md) leaves the client as it is.
+    // docs/performance-notes.md) leaves the client as it is.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cores)
         .enable_all()

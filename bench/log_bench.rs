@@ -275,7 +275,8 @@ async fn write_entries(dir: &Path, count: u64) {
 fn main() {
     // The server's allocator settings (`litek8s` calls this first thing in `main`, and the
     // server starts the tuner below): a benchmark that ran with mimalloc's defaults instead
-    // would pay page faults the server does not (bench/LOG.md, eighteenth session).
+    // would pay page faults the server does not (docs/performance-notes.md, "The benchmark with
+    // the server's allocator").
     litek8s::tune_allocator();
     let args: Vec<String> = std::env::args().collect();
     if let Some(pos) = args.iter().position(|a| a == "--replay") {

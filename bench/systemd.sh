@@ -1,7 +1,7 @@
 #!/bin/bash
 # systemd benchmark: how long `systemctl start litek8s-server` takes to reach "active" (the
 # server's READY=1) inside booted Debian 12 containers, and the unit's memory. Writes the table
-# to bench/SYSTEMD.md (or $1).
+# to bench/SYSTEMD.md (or $1), keeping the file's "## Notes" (bench/keep-notes.sh).
 #
 #   sudo bench/systemd.sh [OUT.md] [--debs DIR]     (ROUNDS=5, MUTATIONS=100000)
 #
@@ -187,12 +187,14 @@ net_down
     echo "\`bench/systemd.sh\` on $(nproc) cores, $(date -u +%Y-%m-%d): Debian 12 containers booted with"
     echo "systemd-nspawn, packages from \`$(basename "$deb_bin")\`, $ROUNDS rounds per case. Time is"
     echo "systemd's InactiveExit → ActiveEnter (the \`systemctl start\` request to READY=1, the"
-    echo "ExecStartPre hook included). Targets (issue 6): fresh server < 1000 ms, restart with"
+    echo "ExecStartPre hook included). Targets: fresh server < 1000 ms, restart with"
     echo "100,000 mutations < 2000 ms. Load average during the run: $(cut -d' ' -f1-3 /proc/loadavg)."
     echo
     echo "| case | median ms | range ms | RSS MiB |"
     echo "|---|---|---|---|"
     printf '%s\n' "${rows[@]}"
     [ -z "${BENCH_NOTE:-}" ] || { echo; echo "$BENCH_NOTE"; }
-} >"$out"
+} >"$out.new"
+"$repo/bench/keep-notes.sh" "$out.new" "$out"
+rm -f "$out.new"
 echo "wrote $out"

@@ -117,7 +117,7 @@ fn main() {
     // The server's allocator settings (`litek8s` calls this first thing in `main`, so its
     // replay at start runs with them): with mimalloc's defaults the replay faults in huge
     // pages, which on a VM that hands free memory back to its host cost ~25 ms each
-    // (bench/LOG.md, eighteenth session).
+    // (docs/performance-notes.md, "The benchmark with the server's allocator").
     litek8s::tune_allocator();
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("replay") {

@@ -3,9 +3,9 @@
 //! to pay off.
 //!
 //! Why mimalloc: the store and the WAL replay allocate many small, short-lived values (keys,
-//! JSON nodes), where it is measurably faster than glibc malloc (bench/WAL.md, bench/API.md:
-//! restart with 100,000 mutations 2.27 s → ~0.8 s, watch event p99 70 → ~45 ms at 1,000
-//! watchers).
+//! JSON nodes), where it is measurably faster than glibc malloc (docs/performance-notes.md,
+//! "mimalloc, and huge pages only once the heap has grown": restart with 100,000 mutations
+//! 2.27 s → 0.96 s, watch event p99 70 → 39 ms at 1,000 watchers).
 //!
 //! Why huge pages late: mimalloc asks for transparent huge pages on its arenas, and each
 //! thread's heap segment then faults in whole 2 MiB pages — about 10 MiB of a 20 MiB idle
@@ -20,9 +20,9 @@
 //! and go many thousand times a second, and each one given back is an `madvise` call, then a
 //! page fault (with huge pages on, sometimes a whole 2 MiB page zeroed) when it is used again.
 //! So the loaded profile also keeps freed memory [`LOADED_PURGE_DELAY_MS`] before giving it
-//! back (bench/HA.md, fourteenth session: in the 3-member create benchmark, 4–5 times fewer
-//! `madvise` calls and 3–4 times fewer page faults, and about 8 % less server CPU per create
-//! over 14 alternating pairs).
+//! back (docs/performance-notes.md, "Freed memory kept 100 ms once the heap has grown": in the
+//! 3-member create benchmark, 4–5 times fewer `madvise` calls and 3–4 times fewer page faults,
+//! and about 8 % less server CPU per create over 14 alternating pairs).
 
 use std::time::Duration;
 

@@ -11,9 +11,13 @@
 //! - [`lb`]: the load balancer (`litek8s lb`): health checks, discovery, sticky TCP relay.
 //! - [`api`]: HTTP handlers for the Kubernetes API (discovery, CRUD, watch, tables, errors).
 //! - [`server`]: assembles an API server process (TLS, certificates, tokens, listeners).
-//! - [`raft`]: the Raft log engine and (later) replication for HA clusters.
+//! - [`raft`]: the Raft log engine, snapshots, the state machine and the proposal batcher
+//!   under openraft, which [`cluster`] runs for HA clusters.
 //! - [`storage`]: the CRC-framed record format and durable-file helpers shared by all files.
 //! - [`systemd`]: sd_notify, socket activation and journald.
+//!
+//! What each part promises its users (durability, resourceVersion, linearizable reads, …) and
+//! what is not built yet: docs/guarantees.md. How the parts fit together: docs/architecture.md.
 
 pub mod allocator;
 pub mod api;

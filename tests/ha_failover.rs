@@ -1,6 +1,7 @@
-//! SPEC H1/H2/H4: a cluster of real processes loses its leader to SIGKILL during continuous
-//! writes from clients spread over every member. Every acknowledged write must be on every
-//! surviving member, writes must resume, and after the cluster settles (the killed member
+//! Any one server may fail without losing an acknowledged write (docs/guarantees.md, HA cluster;
+//! Replicated store; Writes): a cluster of real processes loses its leader to SIGKILL during
+//! continuous writes from clients spread over every member. Every acknowledged write must be on
+//! every surviving member, writes must resume, and after the cluster settles (the killed member
 //! restarted) every member must hold identical objects and resourceVersions.
 
 mod cluster_support;
@@ -42,7 +43,8 @@ async fn writer_loop(
                 }
             }
             // Refused, timed out or connection lost: not acknowledged, so not checked. A
-            // write that failed with 504 may still exist; that is allowed (SPEC H11).
+            // write that failed with 504 may still exist; that is allowed (docs/guarantees.md,
+            // Writes).
             _ => tokio::time::sleep(Duration::from_millis(20)).await,
         }
     }

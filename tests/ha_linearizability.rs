@@ -1,10 +1,10 @@
-//! SPEC H11: reads with resourceVersion unset, unconditional writes and compare-and-swap
-//! writes on a few ConfigMaps, and creates racing on ConfigMaps that start absent (a create is
-//! a compare-and-swap from "absent"; a create skips the ReadIndex round when its namespace is
-//! known, `api::create`), issued concurrently through every member of a 3-member cluster
-//! while the leader is SIGKILLed (and restarted) or a member is SIGSTOPped (hung, not dead),
-//! must form a linearizable history. Each run records invoke/complete times and results and
-//! checks every key with the register checker of `lincheck`.
+//! The guarantees table of docs/guarantees.md: reads with resourceVersion unset, unconditional
+//! writes and compare-and-swap writes on a few ConfigMaps, and creates racing on ConfigMaps that
+//! start absent (a create is a compare-and-swap from "absent"; a create skips the ReadIndex round
+//! when its namespace is known, `api::create`), issued concurrently through every member of a
+//! 3-member cluster while the leader is SIGKILLed (and restarted) or a member is SIGSTOPped (hung,
+//! not dead), must form a linearizable history. Each run records invoke/complete times and results
+//! and checks every key with the register checker of `lincheck`.
 //!
 //! Register values are tokens the writers put in `data.v`, unique per write, so a read names
 //! the write it saw even when that write timed out for its client; the resourceVersion each

@@ -1,7 +1,7 @@
-//! SPEC H13 and the join handshake (H9): growing 3 → 5 → 3 under writes, removing a member,
-//! a wiped member rejoining under its old name, joiners refused for a token whose CA hash does
-//! not match or whose secret is wrong, and `--cluster-init` on a single server's data keeping
-//! every object and resourceVersion.
+//! Membership and the join handshake (docs/guarantees.md, Membership; Transport): growing 3 → 5 → 3
+//! under writes, removing a member, a wiped member rejoining under its old name, joiners refused
+//! for a token whose CA hash does not match or whose secret is wrong, and `--cluster-init` on a
+//! single server's data keeping every object and resourceVersion.
 
 mod cluster_support;
 mod support;

@@ -1,10 +1,11 @@
-//! SPEC H11/H12 under a real partition: three members, each in its own network namespace on
-//! a bridge, default timers. The leader's bridge port goes down; the test still reaches the
-//! cut-off leader from inside its namespace. The isolated leader must stop acknowledging
-//! writes, turn not-ready (the time is printed; the SPEC's figure is 3 s, the assertion is
-//! only a generous bound), keep serving rv="0" reads, and never answer a rv="" read with the
-//! value the majority has since replaced. The majority must elect a new leader and accept
-//! writes; after healing, every member must hold identical objects and resourceVersions.
+//! The isolation guarantees (docs/guarantees.md, Isolation and readiness; Guarantees table)
+//! under a real partition: three members, each in its own network namespace on a bridge,
+//! default timers. The leader's bridge port goes down; the test still reaches the cut-off
+//! leader from inside its namespace. The isolated leader must stop acknowledging writes, turn
+//! not-ready (the time is printed; the promised figure is 3 s, the assertion is only a generous
+//! bound), keep serving rv="0" reads, and never answer a rv="" read with the value the majority
+//! has since replaced. The majority must elect a new leader and accept writes; after healing,
+//! every member must hold identical objects and resourceVersions.
 //!
 //! Needs root and `ip netns`; fails loudly without them unless `LITEK8S_SKIP_NETNS=1`.
 
@@ -20,7 +21,7 @@ use netns_lab::{connect_in, readyz_in, NetLab};
 use serde_json::json;
 
 const MEMBERS: usize = 3;
-/// Default timers (SPEC H10).
+/// Default timers (docs/guarantees.md, Timers).
 const HEARTBEAT_MS: u64 = 300;
 /// Hang guard of a request to the isolated leader (its own barrier gives up after 15 s).
 const ISOLATED_TIMEOUT: Duration = Duration::from_secs(30);
@@ -258,7 +259,7 @@ async fn an_isolated_leader_stops_and_the_majority_goes_on() {
     let not_ready = not_ready.await.expect("readyz poller");
     let not_ready = not_ready.expect("the isolated leader stayed ready for 30 s");
     eprintln!(
-        "isolated leader turned not ready {:.2} s after the cut (SPEC H12 figure: 3 s)",
+        "isolated leader turned not ready {:.2} s after the cut (promised: within 3 s)",
         not_ready.as_secs_f64()
     );
     assert!(not_ready < Duration::from_secs(10), "{not_ready:?}");

@@ -1,8 +1,8 @@
-//! SPEC H4: a follower's own writes go to the leader as proposals carrying (session, seq), and
-//! a retried proposal applies once. The leader here loses the answers of the first forwarded
-//! proposals after applying them (`LITEK8S_FAILPOINT_LOSE_PROPOSE_REPLIES`); the followers'
-//! first writes (creating their Leases) are sent again, and the copies must be answered with
-//! the first result instead of applying a second time (which would answer "already exists").
+//! docs/guarantees.md, Writes: a follower's own writes go to the leader as proposals carrying
+//! (session, seq), and a retried proposal applies once. The leader here loses the answers of the
+//! first forwarded proposals after applying them (`LITEK8S_FAILPOINT_LOSE_PROPOSE_REPLIES`); the
+//! followers' first writes (creating their Leases) are sent again, and the copies must be answered
+//! with the first result instead of applying a second time (which would answer "already exists").
 
 mod cluster_support;
 mod support;

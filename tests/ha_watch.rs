@@ -1,6 +1,6 @@
-//! SPEC H2: resourceVersions are identical on every member, so a watch resumes on another
-//! server with the same number. Watch on member A, SIGKILL A mid-stream, resume on member B
-//! from the last resourceVersion received: no event missing, none repeated.
+//! docs/guarantees.md, Replicated store: resourceVersions are identical on every member, so a watch
+//! resumes on another server with the same number. Watch on member A, SIGKILL A mid-stream, resume
+//! on member B from the last resourceVersion received: no event missing, none repeated.
 
 mod cluster_support;
 mod support;

@@ -1,8 +1,8 @@
-//! SPEC L2: the balancer takes its listening socket from systemd. Under
-//! `systemd-socket-activate` (which starts the program only when the first client connects)
-//! that first client is served; with the socket held by a parent that restarts the balancer
-//! (as systemd does for `litek8s-lb.socket`), a client connecting over and over during three
-//! restarts never loses a connection attempt: it waits in the listen backlog.
+//! The balancer takes its listening socket from systemd (docs/guarantees.md, Load balancer).
+//! Under `systemd-socket-activate` (which starts the program only when the first client
+//! connects) that first client is served; with the socket held by a parent that restarts the
+//! balancer (as systemd does for `litek8s-lb.socket`), a client connecting over and over during
+//! three restarts never loses a connection attempt: it waits in the listen backlog.
 
 mod lb_support;
 mod support;

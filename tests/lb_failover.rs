@@ -1,10 +1,11 @@
-//! SPEC L1 against a real 3-server cluster on loopback. The balancer is given one server and
-//! must learn the other two; kubectl 1.27 and 1.33 through it (get, apply, watch) must keep
-//! working while the active server is SIGKILLed and then SIGSTOPped (hung, not dead); the
-//! time from the fault to the balancer's switch is printed (the SPEC's bound is 2 s: one
-//! check interval plus one check timeout, 1.7 s by design; the assertion is that bound with
-//! room for a loaded machine). With every server healthy, 100 successive connections land
-//! on one server. Restarted with its only `--server` dead, it uses the list it persisted.
+//! The load balancer (docs/guarantees.md, Load balancer) against a real 3-server cluster on
+//! loopback. The balancer is given one server and must learn the other two; kubectl 1.27 and
+//! 1.33 through it (get, apply, watch) must keep working while the active server is SIGKILLed
+//! and then SIGSTOPped (hung, not dead); the time from the fault to the balancer's switch is
+//! printed (the bound is 2 s: one check interval plus one check timeout, 1.7 s by design; the
+//! assertion is that bound with room for a loaded machine). With every server healthy, 100
+//! successive connections land on one server. Restarted with its only `--server` dead, it uses
+//! the list it persisted.
 
 mod cluster_support;
 mod lb_support;

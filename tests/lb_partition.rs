@@ -1,9 +1,9 @@
-//! SPEC L1 under a real partition: three members, each in its own network namespace on a
-//! bridge; the balancer runs in the test's namespace and is given one member. The active
-//! member's bridge port goes down (isolated: the balancer's checks and connections to it
-//! hang instead of being refused); the balancer must switch to another member (the time is
-//! printed; SPEC bound 2 s) and kubectl through it must keep working. After healing, the
-//! isolated member must come back as a usable server.
+//! The load balancer (docs/guarantees.md, Load balancer) under a real partition: three members,
+//! each in its own network namespace on a bridge; the balancer runs in the test's namespace and is
+//! given one member. The active member's bridge port goes down (isolated: the balancer's checks and
+//! connections to it hang instead of being refused); the balancer must switch to another member
+//! (the time is printed; the bound is 2 s) and kubectl through it must keep working. After healing,
+//! the isolated member must come back as a usable server.
 //!
 //! Needs root and `ip netns`; fails loudly without them unless `LITEK8S_SKIP_NETNS=1`.
 

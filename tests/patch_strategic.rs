@@ -20,7 +20,7 @@ fn info(plural: &str) -> &'static ResourceInfo {
     }
 }
 
-/// Deployments are not served yet; the patch table already knows them.
+/// A Deployment entry of the test's own: the patch functions read only these fields.
 static DEPLOYMENT: ResourceInfo = ResourceInfo {
     group: "apps",
     version: "v1",

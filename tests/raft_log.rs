@@ -599,9 +599,9 @@ async fn snapshot_is_point_in_time_and_installs_identically() {
     assert_eq!(sm_c.applied_state().await.unwrap().0, Some(log_id(1, 50)));
 }
 
-/// SPEC H4: a proposal sent again under the same (session, seq) applies once, on every member:
-/// the session table travels in snapshots, so a member that installs one answers a late copy
-/// from it instead of applying it.
+/// docs/guarantees.md, Writes: a proposal sent again under the same (session, seq) applies once, on
+/// every member: the session table travels in snapshots, so a member that installs one answers a
+/// late copy from it instead of applying it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_proposal_applies_once_even_across_a_snapshot() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,5 @@
-//! SPEC S2 against the real binary: the test binds its own `NOTIFY_SOCKET` datagram socket and
-//! reads what `litek8s apiserver` tells systemd.
+//! systemd readiness (docs/guarantees.md, systemd readiness) against the real binary: the test
+//! binds its own `NOTIFY_SOCKET` datagram socket and reads what `litek8s apiserver` tells systemd.
 //!
 //! - a single server: `STATUS=` (replay progress) and `EXTEND_TIMEOUT_USEC=` before one
 //!   `READY=1`, `WATCHDOG=1` keeps coming while healthy, `STOPPING=1` on SIGTERM;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Alternating before/after runs of ha_bench's 3-member create cases (64 connections), the way
-# the HA.md session notes compare two builds on this noisy host.
+# docs/performance-notes.md compares two builds on a noisy host.
 #   bench/experiments/ab.sh ROUNDS LABEL=BINARY[,ENV=VALUE...] ...
 # e.g. bench/experiments/ab.sh 3 before=/tmp/lk-before after=/tmp/lk-after
 # Each line: round, label, the host's steal time during the run (jiffies, from /proc/stat),

@@ -3,7 +3,8 @@
 # ha_bench creates ConfigMaps over 64 connections (one line per second, 6 s from the start of
 # the first case), then the run's result rows.
 #   bench/experiments/faults.sh BINARY [ENV=VALUE...]
-# e.g. with purge-delay.patch applied: bench/experiments/faults.sh target/release/litek8s LK_PURGE_DELAY=1000
+# e.g. with a build that reads LK_PURGE_DELAY (git show e2f9cc2:bench/experiments/purge-delay.patch):
+#   bench/experiments/faults.sh target/release/litek8s LK_PURGE_DELAY=1000
 # Needs target/release/ha_bench.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

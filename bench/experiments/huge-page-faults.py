@@ -6,7 +6,7 @@ Usage: python3 bench/experiments/huge-page-faults.py [MiB]  (default 128)
 Prints the time to touch every 4 KiB page of an MADV_HUGEPAGE mapping and of an
 MADV_NOHUGEPAGE one. Run it three times in a row: on a VM whose guest reports free memory to
 its host, the first huge-page pass pays for the host populating that memory again
-(bench/LOG.md, eighteenth session).
+(docs/performance-notes.md, "The benchmark with the server's allocator").
 """
 import mmap
 import sys

@@ -3,7 +3,8 @@
 # (16 connections; CREATES_PER_CONN, default 500, sets the burst) and after 10 s idle: how much
 # freed memory the allocator gives back.
 #   bench/experiments/idle-rss.sh BINARY [ENV=VALUE...]
-# e.g. with purge-delay.patch applied: bench/experiments/idle-rss.sh target/release/litek8s LK_PURGE_DELAY=10
+# e.g. with a build that reads LK_PURGE_DELAY (git show e2f9cc2:bench/experiments/purge-delay.patch):
+#   bench/experiments/idle-rss.sh target/release/litek8s LK_PURGE_DELAY=10
 set -euo pipefail
 bin=$1
 shift

@@ -3,9 +3,9 @@
 # create phase (64 connections): 2 s of `perf record` starting 2.5 s after the members are
 # up, then the share of each thread and the top symbols over all of them.
 #   bench/experiments/profile.sh BINARY [PERF_DATA]
-# The fourteenth-session HA.md figures (clear_page_erms, _mi_page_malloc, memcmp, the share
-# of each member's threads) come from this. Needs perf and target/release/ha_bench; keep the
-# host otherwise idle.
+# The profiles of docs/performance-notes.md's last two HA entries (clear_page_erms,
+# _mi_page_malloc, memcmp, the share of each member's threads) come from this. Needs perf and
+# target/release/ha_bench; keep the host otherwise idle.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin=$1

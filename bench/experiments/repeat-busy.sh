@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs one test binary (with optional test-name filter) RUNS times while BUSY busy loops
 # (default 2) take the CPUs, stopping at the first failure; prints run:exit-code for each.
-# The fourteenth session's flake counts of ha_failover came from this, e.g.
+# The flake counts of ha_failover in docs/performance-notes.md ("Freed memory kept 100 ms once
+# the heap has grown") came from this, e.g.
 #   cargo test --test ha_failover --no-run
 #   bench/experiments/repeat-busy.sh 40 target/debug/deps/ha_failover-<hash>
 # Logs of each run: /tmp/litek8s-repeat-<n>.log.

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""One-proposer write cycles from a scheduler trace (bench/LOG.md, nineteenth session).
+"""One-proposer write cycles from a scheduler trace (docs/performance-notes.md, "Two wake-ups of a
+second API worker per write removed").
 
 A cycle is the time between two successive wake-ups of a proposer-runtime thread
 (tokio-rt-worker) by the Raft thread (litek8s-raft): one write, answer to answer.

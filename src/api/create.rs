@@ -1,7 +1,8 @@
 //! POST (create), also used by PUT and server-side apply when they create: type and namespace
 //! checks, name or generateName, the namespace's existence and lifecycle, server-set
 //! metadata, kind defaults, and the Create mutation (retried on a generated-name collision).
-//! Also when a create needs the read barrier (SPEC H5), and when its commit stands in for it.
+//! Also when a create needs the read barrier (docs/guarantees.md, Reads), and when its commit
+//! stands in for it.
 
 use http::{Response, StatusCode};
 use serde_json::Value;
@@ -38,14 +39,14 @@ const GENERATE_ATTEMPTS: usize = 8;
 
 /// Serves POST on a collection.
 ///
-/// The router does not pass the read barrier before a create: SPEC H5 asks it of handlers
-/// that read the current object, and a create has none. A create whose checks read nothing
-/// of the store but its namespace proposes at once, with `requires_open_namespace`: the state
-/// machine checks the name and the namespace against the state the entry commits into, and
-/// the commit, in the term of the leader that proposed it, proves that answer current. An
-/// answer no commit of its own would back passes the barrier first and decides on the store as
-/// it then stands: the namespace missing from this server's copy, a dry run, and kinds whose
-/// defaults read the store (a Service's addresses and ports).
+/// The router does not pass the read barrier before a create: the barrier is there for handlers
+/// that read the current object (docs/guarantees.md, Reads), and a create has none. A create whose
+/// checks read nothing of the store but its namespace proposes at once, with
+/// `requires_open_namespace`: the state machine checks the name and the namespace against the state
+/// the entry commits into, and the commit, in the term of the leader that proposed it, proves that
+/// answer current. An answer no commit of its own would back passes the barrier first and decides
+/// on the store as it then stands: the namespace missing from this server's copy, a dry run, and
+/// kinds whose defaults read the store (a Service's addresses and ports).
 pub async fn post(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
     super::options::check(req, super::options::Options::Create)?;
     let encoding = body::encoding(&req.content_type)?;

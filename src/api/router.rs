@@ -96,8 +96,8 @@ where
     super::options::add_warnings(&api, result)
 }
 
-/// Passes the read barrier (SPEC H5): afterwards the local store holds every write
-/// acknowledged before the request arrived.
+/// Passes the read barrier (docs/guarantees.md, Reads): afterwards the local store holds every
+/// write acknowledged before the request arrived.
 pub async fn linearize(req: &ApiRequest) -> Result<(), ApiError> {
     req.ctx.reads.linearize().await.map_err(|e| match e {
         BarrierError::Timeout(reason) => ApiError::Timeout(reason),
@@ -108,9 +108,10 @@ pub async fn linearize(req: &ApiRequest) -> Result<(), ApiError> {
 async fn dispatch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
     let t = &req.target;
     let in_namespace = !t.info.namespaced || t.namespace.is_some();
-    // SPEC H5: a read of the latest state, and every write (its handler reads the current
-    // object first), starts from a store that holds every write acknowledged before it. A
-    // create has no current object: `create::post` decides when it needs the barrier.
+    // A read of the latest state, and every write (its handler reads the current object
+    // first), starts from a store that holds every write acknowledged before it, so a deposed
+    // leader never answers from stale state (docs/guarantees.md, Reads). A create has no
+    // current object: `create::post` decides when it needs the barrier.
     let latest_read = req.method == Method::GET
         && req
             .query

@@ -1,4 +1,4 @@
-//! Faster failover when the leader's process is gone (SPEC H10).
+//! Faster failover when the leader's process is gone (docs/guarantees.md, Timers).
 //!
 //! With openraft 0.9 a follower campaigns only after the leader lease (3 s) plus its random
 //! election timeout (1.5–3 s), and voters refuse every vote while the lease runs. That delay is

@@ -1,10 +1,10 @@
-//! Whole-request forwarding (SPEC H4, H14): a client write reaching a follower goes to the
-//! leader as the same HTTP request, so allocators (ClusterIPs, later NodePorts) and admission
-//! run in one place. The follower authenticates the client, then sends the request with the
-//! cluster secret as bearer token and the authenticated user in `x-litek8s-forwarded-user` —
-//! a header the leader honours only together with the secret. The leader answers with its
-//! store's resourceVersion in `x-litek8s-resource-version`; the follower answers its client
-//! once it has applied that far (read-your-writes through one server).
+//! Whole-request forwarding (docs/guarantees.md, Writes): a client write reaching a follower goes
+//! to the leader as the same HTTP request, so allocators (ClusterIPs, NodePorts) and admission run
+//! in one place. The follower authenticates the client, then sends the request with the cluster
+//! secret as bearer token and the authenticated user in `x-litek8s-forwarded-user` — a header the
+//! leader honours only together with the secret. The leader answers with its store's
+//! resourceVersion in `x-litek8s-resource-version`; the follower answers its client once it has
+//! applied that far (read-your-writes through one server).
 
 use std::sync::Arc;
 use std::time::Duration;

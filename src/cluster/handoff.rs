@@ -3,8 +3,9 @@
 //! while the leader lease it last saw (3 s by default) runs (engine `handle_vote_req`). So the
 //! stopping leader names a successor — the voter with the most replicated log — and stops
 //! sending heartbeats; the successor campaigns the moment the lease has run out instead of
-//! after the lease plus a random 1.5–3 s election delay. bench/HA.md measures the difference
-//! and says what a faster handoff would need.
+//! after the lease plus a random 1.5–3 s election delay. bench/HA.md measures the window (its
+//! SIGTERM rows): a faster handoff would need a leadership transfer that the voters honour
+//! during the lease, which openraft 0.9 does not offer.
 
 use std::sync::Arc;
 use std::time::Duration;

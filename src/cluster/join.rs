@@ -1,6 +1,6 @@
-//! The joining side (SPEC H1, H9): fetch the cluster CA over plain HTTP, refuse it unless its
-//! sha256 matches the token, then — over HTTPS pinned to that CA, authenticated with the
-//! secret — fetch the join bundle (CA key, admin token, members) and, once this server's Raft
+//! The joining side (docs/guarantees.md, Transport): fetch the cluster CA over plain HTTP, refuse
+//! it unless its sha256 matches the token, then — over HTTPS pinned to that CA, authenticated with
+//! the secret — fetch the join bundle (CA key, admin token, members) and, once this server's Raft
 //! node runs, ask to be admitted.
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! What the leader-gated singletons (controllers, scheduler, bootstrap objects, the
-//! `kubernetes` endpoints) need from the cluster: when they may run, what their writes and
+//! `kubernetes` endpoints; docs/guarantees.md, Leader-only loops) need from the cluster: when they may run, what their writes and
 //! reads go through, and which members' API servers are up to date.
 //!
 //! They may run once this member leads and has applied an entry of its own term (so its store

@@ -1,7 +1,8 @@
-//! Membership changes, run on the leader (SPEC H13): a joiner enters as a learner, is promoted
-//! to voter once caught up, one change at a time, keeping 3 or 5 voters (a fourth server waits
-//! as a learner for a fifth; the first servers of a growing cluster are promoted as they
-//! come). A joiner under the name or Raft address of an existing member replaces it.
+//! Membership changes, run on the leader (docs/guarantees.md, Membership): a joiner enters as a
+//! learner, is promoted to voter once caught up, one change at a time, keeping 3 or 5 voters (a
+//! fourth server waits as a learner for a fifth; the first servers of a growing cluster are
+//! promoted as they come). A joiner under the name or Raft address of an existing member replaces
+//! it.
 
 use std::collections::BTreeSet;
 

@@ -1,4 +1,6 @@
-//! The HA cluster (SPEC H): 3 or 5 API servers replicating the store through openraft.
+//! The HA cluster: 3 or 5 API servers replicating the store through openraft. What it
+//! promises (any one server may fail, linearizable writes and reads, …) is in
+//! docs/guarantees.md, HA cluster.
 //!
 //! # Layout
 //! - [`mode`]: how a start runs (single, `--cluster-init`, join, member restart), decided
@@ -10,7 +12,7 @@
 //! - [`network`] (client) and [`rpc`] (the Raft listener): Raft RPCs and cluster endpoints
 //!   between servers over HTTPS pinned to the cluster CA ([`peer`]), authenticated with the
 //!   cluster secret; [`protocol`]: the cluster messages.
-//! - [`forward`]: client writes reaching a follower go whole to the leader (SPEC H4);
+//! - [`forward`]: client writes reaching a follower go whole to the leader;
 //!   [`writer`]: the store writes behind handlers (leader: batcher; a follower's own
 //!   writes: proposals forwarded to the leader);
 //!   [`reads`]: the ReadIndex barrier.

@@ -1,7 +1,8 @@
 //! openraft's network: `RaftNetworkFactory`/`RaftNetwork` over `PeerClient`, posting Raft RPCs
 //! as JSON to the peer's Raft listener (`rpc`). AppendEntries bodies are capped at 512 KiB
-//! (SPEC H10): a larger request is refused locally with a hint so openraft sends fewer
-//! entries.
+//! (openraft 0.9 gives each AppendEntries one heartbeat interval to complete, so large objects
+//! travel a few at a time): a larger request is refused locally with a hint so openraft sends
+//! fewer entries.
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
-//! One cluster member's Raft node: the openraft instance over the segmented log and the
-//! store's state machine, running on its own runtime (a dedicated thread) so API load never
-//! delays heartbeats (SPEC H9), plus what the rest of the server asks of it: who leads, local
-//! proposals through the batcher, and what this member last heard from its leader.
+//! One cluster member's Raft node: the openraft instance over the segmented log and the store's
+//! state machine, running on its own runtime (a dedicated thread) so API load never delays
+//! heartbeats (docs/guarantees.md, Transport), plus what the rest of the server asks of it: who
+//! leads, local proposals through the batcher, and what this member last heard from its leader.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -81,7 +81,8 @@ pub struct ClusterNode {
     pub peers: PeerClient,
     /// The last log index when this process started. openraft 0.9 restores a former leader as
     /// leader at once, with a committed index read back from the log that may lag what it had
-    /// acknowledged; its reads must wait until it has applied everything it held (SPEC H5).
+    /// acknowledged; its reads must wait until it has applied everything it held
+    /// (docs/guarantees.md, Reads).
     pub startup_last_log: Option<u64>,
     /// The commit index this process read back from its log at start: openraft re-applies
     /// up to it on its own, so that much is "replaying the local log"; entries above it
@@ -197,8 +198,8 @@ impl ClusterNode {
         self.raft.metrics().borrow().clone()
     }
 
-    /// The index a linearizable read must have applied, as this member (the leader) gives it
-    /// to its own reads and to its followers' (SPEC H5): openraft's read index after a
+    /// The index a linearizable read must have applied, as this member (the leader) gives it to its
+    /// own reads and to its followers' (docs/guarantees.md, Reads): openraft's read index after a
     /// heartbeat round, raised to `startup_last_log`, which openraft's does not cover when it
     /// restored this process as leader with a lagging commit index.
     pub async fn leader_read_index(
@@ -321,9 +322,9 @@ impl ClusterNode {
         }
     }
 
-    /// SPEC H12 readiness: a leader is known, this member has applied up to the commit index
-    /// it learned, and it heard from the leader (or, leading, from a quorum) within the
-    /// isolation window. `Err` says why not.
+    /// Readiness (docs/guarantees.md, Isolation and readiness): a leader is known, this member has
+    /// applied up to the commit index it learned, and it heard from the leader (or, leading, from a
+    /// quorum) within the isolation window. `Err` says why not.
     pub fn readiness(&self) -> Result<(), String> {
         let metrics = self.metrics();
         let isolation = self.timers.isolation();

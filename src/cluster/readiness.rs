@@ -45,9 +45,8 @@ fn role_name(state: ServerState) -> &'static str {
     }
 }
 
-/// Keeps `/readyz` and sd_notify in step with the Raft state until `shutdown` (a member cut
-/// off from the majority turns not ready within a few heartbeats, so balancers and agents
-/// move away).
+/// Keeps `/readyz` and sd_notify in step with the Raft state until `shutdown`, so an isolated
+/// member turns not ready within 3 s (docs/guarantees.md, Isolation and readiness).
 /// Each change of role or term is logged with `COMPONENT=raft`, `RAFT_ROLE=`, `RAFT_TERM=`;
 /// while the entries found in the local log at start-up are being re-applied, the status is
 /// the replay progress (which also extends systemd's start timeout).

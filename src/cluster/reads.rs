@@ -1,7 +1,7 @@
-//! The ReadIndex barrier of a cluster member (SPEC H5). A round asks the leader (itself, or
-//! over the Raft listener) for its read index — openraft confirms leadership with a heartbeat
-//! round to a quorum — then waits until this member has applied that far. Concurrent callers
-//! share rounds: callers that arrive while a round runs wait for the next one (a round must
+//! The ReadIndex barrier of a cluster member (docs/guarantees.md, Reads). A round asks the leader
+//! (itself, or over the Raft listener) for its read index — openraft confirms leadership with a
+//! heartbeat round to a quorum — then waits until this member has applied that far. Concurrent
+//! callers share rounds: callers that arrive while a round runs wait for the next one (a round must
 //! start after the caller arrived to be linearizable), and the next round serves them all.
 
 use std::sync::Arc;

@@ -313,7 +313,8 @@ fn failpoint_lose_reply() -> bool {
     .is_ok()
 }
 
-/// The leader's read index (SPEC H5): confirms leadership with a heartbeat round.
+/// The leader's read index (docs/guarantees.md, Reads): confirms leadership with a heartbeat
+/// round.
 async fn read_index(node: &ClusterNode) -> ReadIndexReply {
     if node.leadership() != Leadership::Me {
         return ReadIndexReply::NotLeader;

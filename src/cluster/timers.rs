@@ -1,6 +1,6 @@
-//! Raft timers (SPEC H10): heartbeat 300 ms, leader lease 3 s, a random 1.5–3 s election delay
-//! after it, so a dead leader is replaced in about 5 s. `LITEK8S_RAFT_HEARTBEAT_MS` scales all
-//! of them together (100 gives about 2 s failovers).
+//! Raft timers (docs/guarantees.md, Timers): heartbeat 300 ms, leader lease 3 s, a random 1.5–3 s
+//! election delay after it, so a dead leader is replaced in about 5 s. `LITEK8S_RAFT_HEARTBEAT_MS`
+//! scales all of them together (100 gives about 2 s failovers).
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ pub struct Timers {
 }
 
 impl Timers {
-    /// Timers for a heartbeat of `heartbeat_ms`, the others in the SPEC's proportions
+    /// Timers for a heartbeat of `heartbeat_ms`, the others in the default's proportions
     /// (lease = 10 heartbeats, election delay 5–10 heartbeats).
     pub fn from_heartbeat_ms(heartbeat_ms: u64) -> Timers {
         let h = heartbeat_ms.clamp(10, 10_000);
@@ -45,8 +45,8 @@ impl Timers {
 
     /// How long without a leader's heartbeat (a leader: without a quorum's acknowledgement)
     /// a member counts as isolated and turns not ready: 8 heartbeats, 2.4 s by default, so
-    /// that with the readiness loop's 100 ms period `/readyz` is false within the 3 s of
-    /// SPEC H12.
+    /// that with the readiness loop's 100 ms period `/readyz` is false within 3 s
+    /// (docs/guarantees.md, Isolation and readiness).
     pub fn isolation(&self) -> Duration {
         self.heartbeat * 8
     }
@@ -59,9 +59,9 @@ impl Timers {
             election_timeout_min: self.election_min.as_millis() as u64,
             election_timeout_max: self.election_max.as_millis() as u64,
             install_snapshot_timeout: 10_000,
-            // SPEC H10: AppendEntries requests are capped at 512 KiB; entries are capped by
-            // the batcher, this caps how many travel in one request (the network splits
-            // further by bytes).
+            // AppendEntries requests are capped at 512 KiB (`cluster::network`); entries are capped
+            // by the batcher, this caps how many travel in one request (the network splits further
+            // by bytes).
             max_payload_entries: 64,
             snapshot_max_chunk_size: 1 << 20,
             purge_batch_size: 256,

@@ -1,15 +1,15 @@
-//! Writes of a cluster member (SPEC H4): on the leader a Mutation goes through the batcher
-//! into the Raft log; on a follower it is forwarded to the leader as a proposal, and the
-//! answer waits until this member has applied it (read-your-writes through one server).
+//! Writes of a cluster member (docs/guarantees.md, Writes): on the leader a Mutation goes through
+//! the batcher into the Raft log; on a follower it is forwarded to the leader as a proposal, and
+//! the answer waits until this member has applied it (read-your-writes through one server).
 //!
-//! A forwarded proposal carries this server's client session and a sequence number (SPEC H4,
-//! `raft::sessions`), so an attempt whose answer was lost (the leader died or the connection
+//! A forwarded proposal carries this server's client session and a sequence number
+//! (`raft::sessions`), so an attempt whose answer was lost (the leader died or the connection
 //! broke after it proposed) is sent again, to whoever leads then, and applies once. Local
 //! proposals on the leader carry no session: they are retried only when the attempt certainly
 //! had no effect (the batcher found this server no longer leading before proposing). After
 //! 15 s without an answer the write is a 504 that "may or may not have been applied"
-//! (SPEC H11). `LeaderOnlyWriter` never forwards: leader-only loops (SPEC H6) must fail once
-//! their server stops leading.
+//! (as with etcd's timeouts). `LeaderOnlyWriter` never forwards: leader-only loops must fail
+//! once their server stops leading, rather than act on a stale view.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ use crate::kube::writer::{WriteError, WriteFuture, Writer};
 use crate::raft::batcher::ProposeError;
 use crate::raft::types::Proposal;
 
-/// How long a write waits for a leader before answering 504 (SPEC H11).
+/// How long a write waits for a leader before answering 504 (docs/guarantees.md, Writes).
 pub const NO_LEADER_TIMEOUT: Duration = Duration::from_secs(15);
 /// Pause before retrying after an attempt that had no effect.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);

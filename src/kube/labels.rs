@@ -5,7 +5,9 @@
 //! lifetime of that version, and a B-tree allocates a whole node (eleven keys and eleven
 //! values, 544 bytes) for even one label. Objects have a handful of labels, so a sorted
 //! slice found by binary search costs a few dozen bytes plus the strings and answers the
-//! selectors as fast (bench/WAL.md, seventeenth session: the RSS of a replayed store).
+//! selectors as fast (docs/performance-notes.md, "Labels as a sorted slice; one label index
+//! set", and the replayed store's RSS in "A replayed store held nearly twice the memory it
+//! needed").
 
 /// Sorted, unique label keys with their values.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -50,7 +50,8 @@ impl Default for StoreConfig {
 /// Why one flat set rather than a set of keys per label value: a persistent set allocates a
 /// whole node (room for 64 keys) for its first key, and label values that only one object
 /// carries are common (`statefulset.kubernetes.io/pod-name`, `controller-uid`). Per label
-/// value, that cost about 6.6 KB per object (bench/STORE.md, seventeenth session).
+/// value, that cost about 6.6 KB per object (docs/performance-notes.md, "Labels as a sorted
+/// slice; one label index set").
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct LabelEntry {
     label: Box<str>,

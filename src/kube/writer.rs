@@ -43,8 +43,8 @@ pub enum BarrierError {
 
 pub type BarrierFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BarrierError>> + Send + 'a>>;
 
-/// The read barrier of `resourceVersion=""` reads and of write handlers (SPEC H5): once it
-/// returns, the local store holds every write acknowledged before it was called.
+/// The read barrier of `resourceVersion=""` reads and of write handlers (docs/guarantees.md,
+/// Reads): once it returns, the local store holds every write acknowledged before it was called.
 pub trait ReadBarrier: Send + Sync {
     fn linearize(&self) -> BarrierFuture<'_>;
 }

@@ -1,6 +1,6 @@
-//! The load balancer (`litek8s lb`, SPEC L1–L2): one address for kubectl and agents in front
-//! of an HA cluster. It learns every server from the ones given, checks each one's `/readyz`
-//! every second, and passes whole TCP connections, bytes untouched, to a ready server,
+//! The load balancer (`litek8s lb`; docs/guarantees.md, Load balancer): one address for kubectl and
+//! agents in front of an HA cluster. It learns every server from the ones given, checks each one's
+//! `/readyz` every second, and passes whole TCP connections, bytes untouched, to a ready server,
 //! staying with that server while it stays ready.
 //!
 //! # Layout

@@ -1,4 +1,5 @@
-//! Client sessions of the state machine (SPEC H4): a retried proposal applies once.
+//! Client sessions of the state machine: a retried proposal applies once (docs/guarantees.md,
+//! Writes).
 //!
 //! A follower forwards its own writes to the leader as proposals carrying `(session, seq)`:
 //! the session is a random number the server draws when it starts, `seq` counts its proposals,

@@ -1,11 +1,11 @@
-//! Authentication: who is calling. Today one credential exists, the admin bearer token,
-//! compared in constant time. A request without a valid credential is anonymous; `dispatch`
-//! decides what anonymous callers may reach.
+//! Authentication: who is calling. One credential exists, the admin bearer token, compared in
+//! constant time. A request without a valid credential is anonymous; `dispatch` decides what
+//! anonymous callers may reach.
 //!
-//! Seam for later credentials: client certificates arrive through [`Connection::peer_certs`]
-//! (filled by the TLS listener once `tls` requests them) and service-account tokens are
-//! further bearer-token kinds checked in [`Authenticator::authenticate`] after the admin
-//! token.
+//! Where the credentials that are not built yet go (docs/guarantees.md, Authentication and
+//! authorization): client certificates arrive through [`Connection::peer_certs`] (filled by the
+//! TLS listener once `tls` requests them) and service-account tokens are further bearer-token
+//! kinds checked in [`Authenticator::authenticate`] after the admin token.
 
 use http::header::AUTHORIZATION;
 use http::Request;

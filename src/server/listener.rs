@@ -2,10 +2,11 @@
 //!
 //! Each accepted connection is classified by its first byte: 0x16 (a TLS handshake record)
 //! goes through rustls, anything else is plain HTTP (which `dispatch` limits to the health
-//! endpoints). Both are served by hyper-util's auto builder (HTTP/1.1 and HTTP/2, with
-//! upgrades for exec/attach/port-forward later). Idle connections are bounded by timeouts:
-//! the first byte and the TLS handshake (`Limits::handshake`), each HTTP/1 request head
-//! (`Limits::header_read`, idle keep-alive included), HTTP/2 keep-alive pings.
+//! endpoints). Both are served by hyper-util's auto builder (HTTP/1.1 and HTTP/2, connection
+//! upgrades allowed: exec, attach and port-forward will need them; docs/guarantees.md, Streams).
+//! Idle connections are bounded by timeouts: the first byte and the TLS handshake
+//! (`Limits::handshake`), each HTTP/1 request head (`Limits::header_read`, idle keep-alive
+//! included), HTTP/2 keep-alive pings.
 //!
 //! Shutdown protocol: when the shutdown token fires, the accept loop stops and drops the
 //! listening socket; every connection task is told to shut down gracefully (finish in-flight

@@ -1,9 +1,10 @@
 //! The rustls server configuration of the API port: the serving certificate, ALPN h2 and
 //! http/1.1, TLS 1.2 and 1.3.
 //!
-//! Client certificates are not requested yet. When they are (later issue), this is the place
-//! to install a client verifier that *allows* but does not require a certificate chained to
-//! the client CA; `authn` then reads the peer certificate from the connection.
+//! Client certificates are not requested yet (docs/guarantees.md, Authentication and
+//! authorization). When they are, this is the place to install a client verifier that *allows* but
+//! does not require a certificate chained to the client CA; `authn` then reads the peer certificate
+//! from the connection.
 
 use std::sync::Arc;
 

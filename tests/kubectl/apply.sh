@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kubectl's write paths on one fresh litek8s server (issue 3): client-side apply and re-apply
+# kubectl's write paths on one fresh litek8s server: client-side apply and re-apply
 # (strategic merge computed by kubectl), server-side apply by two managers with a conflict and
 # --force-conflicts, diff, patch with each patch type, edit through KUBE_EDITOR, server dry-run
 # leaving nothing behind, custom columns, namespace deletion removing its contents, and the

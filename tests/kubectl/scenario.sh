@@ -37,8 +37,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# SCENARIO_HA=1: the same scenario against a follower of a 3-server cluster (SPEC H4/H5: its
-# writes are forwarded to the leader, its reads pass the ReadIndex barrier).
+# SCENARIO_HA=1: the same scenario against a follower of a 3-server cluster: its writes are
+# forwarded to the leader, its reads pass the ReadIndex barrier (docs/guarantees.md, Writes;
+# Reads).
 EXTRA_ARGS=()
 if [ "${SCENARIO_HA:-0}" = 1 ]; then
     LABEL="$LABEL (HA follower)"

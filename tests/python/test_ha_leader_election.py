@@ -1,4 +1,5 @@
-"""SPEC H1/H11 with a real client: kubernetes.leaderelection LeaseLock candidates, each talking
+"""Leases through any server of a cluster that loses its leader (docs/guarantees.md, Leases;
+Guarantees table), with a real client: kubernetes.leaderelection LeaseLock candidates, each talking
 to a different member of a 3-server litek8s cluster, while the Raft leader is SIGKILLed and
 restarted several times. At no moment may two candidates believe they lead."""
 

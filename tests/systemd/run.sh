@@ -45,8 +45,8 @@ fail() { failed=$((failed + 1)); failures+=("$*"); echo "FAIL $*"; }
 check() { local name=$1; shift; if "$@" >/dev/null 2>&1; then pass "$name"; else fail "$name"; fi; }
 
 NOT_WIRED="litek8s-server did not become active. If the journal below shows no READY=1 / STATUS= \
-from the server, src/systemd is not wired into 'litek8s apiserver' yet (see docs/install.md and \
-the systemd helper's report): Type=notify needs READY=1, WatchdogSec needs WATCHDOG=1."
+from the server, its sd_notify path is broken (src/systemd; docs/guarantees.md, systemd \
+readiness): Type=notify needs READY=1, WatchdogSec needs WATCHDOG=1."
 
 trap 'cleanup_containers' EXIT INT TERM
 
