@@ -8,6 +8,8 @@
 //!   objects, handlers, relist after falling behind, resync); [`queue`]: the work queue
 //!   (deduplicated keys, rate-limited retries, delays); [`worker`]: the `Controller` trait
 //!   and the loop its workers run.
+//! - [`events`]: the event recorder (aggregation, spam filter, bounded);
+//!   [`objects`]: selectors, owner references, pod conditions and times read from objects.
 //! - [`leader_lease`]: the `kube-controller-manager` and `kube-scheduler` Leases;
 //!   [`bootstrap`]: the system namespaces and the `kubernetes` Service and endpoints.
 //! - Controllers, one file each: [`service_account`] (`default` in every namespace).
@@ -16,8 +18,10 @@
 //! get the API's defaults, validation and managedFields, and fail on a deposed leader.
 
 pub mod bootstrap;
+pub mod events;
 pub mod informer;
 pub mod leader_lease;
+pub mod objects;
 pub mod queue;
 pub mod runner;
 pub mod service_account;
@@ -34,4 +38,8 @@ pub struct Shared {
     pub scheduler: Client,
     /// The API server's own (bootstrap objects, endpoints).
     pub apiserver: Client,
+    /// This server's name (events' `source.host`).
+    pub server_name: String,
+    /// The session's end: loops a controller starts (event writers …) stop with it.
+    pub stop: tokio_util::sync::CancellationToken,
 }

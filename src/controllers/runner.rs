@@ -119,6 +119,8 @@ fn start_session(inputs: &RunnerInputs, identity: &str, stop: CancellationToken)
             identities::apiserver(),
             "kube-apiserver",
         ),
+        server_name: inputs.server_name.clone(),
+        stop: stop.clone(),
     };
     tokio::spawn(leader_lease::hold(
         shared.controller_manager.clone(),
