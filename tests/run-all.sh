@@ -8,7 +8,9 @@
 #   5. the kubectl scenarios with kubectl 1.27 and 1.33: tests/kubectl/scenario.sh against a
 #      single server and against a follower of a 3-server cluster, tests/kubectl/workloads.sh
 #      (workload kinds) and tests/kubectl/apply.sh (apply, server-side apply, diff, patch, edit,
-#      dry run, namespace deletion) against a single server,
+#      dry run, namespace deletion) against a single server, and tests/controllers/run.sh
+#      (controllers and scheduler, with a fake kubelet) against a single server and a
+#      follower of a 3-server cluster,
 #   6. the packaging hooks and `systemd-analyze verify`/`security` of the units,
 #   7. the Debian and RPM packages (built once: tests/packaging_packages.sh) and the booted
 #      Debian 12 tests with them (tests/systemd/run.sh: single server, golden image, 3-server
@@ -176,6 +178,26 @@ if [ "${SKIP_KUBECTL:-0}" != 1 ]; then
             fi
             echo "== $name (log: $log)"
             SCENARIO_HA=$ha bash "$ROOT/tests/kubectl/scenario.sh" "$kc" >"$log" 2>&1
+            script_result "$name" "$log"
+        done
+        # The controllers and the scheduler with a fake kubelet (tests/controllers/run.sh),
+        # against a single server and against a follower of a 3-server cluster.
+        for ha in 0 1; do
+            name="controllers kubectl $v"
+            log=$OUT/controllers-$v.log
+            flag=()
+            if [ "$ha" = 1 ]; then
+                name="controllers kubectl $v (HA follower)"
+                log=$OUT/controllers-$v-ha.log
+                flag=(--ha)
+            fi
+            if [ ! -x "$kc" ]; then
+                echo "SKIP $name: $kc not installed"
+                step_result "$name" 0 0 1
+                continue
+            fi
+            echo "== $name (log: $log)"
+            bash "$ROOT/tests/controllers/run.sh" "$kc" "${flag[@]}" >"$log" 2>&1
             script_result "$name" "$log"
         done
         # The workload kinds (workloads.sh) and the write paths (apply.sh), against a single

@@ -1,0 +1,186 @@
+# The environment of the controller scenarios (sourced by run.sh after tests/lib.sh): a single
+# server or a 3-server cluster, three Node objects kept alive by the fake kubelet, and the
+# helpers scenarios use.
+#
+# Scenarios (tests/controllers/scenarios/NAME.sh) are sourced in a subshell-free block with:
+#   NS       a fresh namespace for the scenario (created before, deleted after)
+#   k ...    kubectl against the server under test (stderr included)
+#   T        the label prefix of every check ("kubectl v1.33.0 single:")
+#   HA       1 when running against a cluster follower
+# and may call the functions below.
+
+CONTROL=
+KUBELET_PID=
+CLUSTER_PIDS=()
+CLUSTER_NAMES=()
+
+controllers_env_cleanup() {
+    [ -n "$KUBELET_PID" ] && kill "$KUBELET_PID" 2>/dev/null
+    for pid in "${CLUSTER_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    stop_server >/dev/null 2>&1 || true
+    if [ "${KEEP_WORK:-0}" = 1 ] || [ "$FAILED" -gt 0 ]; then
+        echo "($LABEL: work directory kept: $WORK)"
+    else
+        rm -rf "$WORK"
+    fi
+}
+
+# controllers_env_start KUBECTL HA
+controllers_env_start() {
+    KUBECTL_BIN=$1
+    HA=$2
+    local version mode
+    if ! command -v "$KUBECTL_BIN" >/dev/null 2>&1; then
+        echo "FAIL kubectl not found: $KUBECTL_BIN"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+    version=$("$KUBECTL_BIN" version --client -o json 2>/dev/null | jq -r '.clientVersion.gitVersion' 2>/dev/null)
+    mode=single
+    [ "$HA" = 1 ] && mode="HA follower"
+    LABEL="controllers kubectl ${version:-$KUBECTL_BIN} $mode"
+    T="$LABEL:"
+    WORK=$(mktemp -d /tmp/litek8s-controllers.XXXXXX)
+    CONTROL=$WORK/kubelet
+    mkdir -p "$CONTROL"
+    trap controllers_env_cleanup EXIT
+    local extra=()
+    if [ "$HA" = 1 ]; then
+        export LITEK8S_RAFT_HEARTBEAT_MS=100
+        local p1 p2
+        p1=$(free_port)
+        "$(litek8s_bin)" apiserver --data-dir "$WORK/lk1" --listen "127.0.0.1:$p1" \
+            --raft-port "$(free_port)" --name lk1 --cluster-init >>"$WORK/lk1.log" 2>&1 </dev/null &
+        CLUSTER_PIDS+=($!)
+        CLUSTER_NAMES+=(lk1)
+        if ! wait_ready "$p1" 60; then
+            sed 's/^/    | /' "$WORK/lk1.log" | tail -40
+            fail "$T first server starts"
+            summary "$LABEL"
+            exit 1
+        fi
+        export LITEK8S_TOKEN
+        LITEK8S_TOKEN=$(cat "$WORK/lk1/join-token")
+        p2=$(free_port)
+        "$(litek8s_bin)" apiserver --data-dir "$WORK/lk2" --listen "127.0.0.1:$p2" \
+            --raft-port "$(free_port)" --name lk2 --server "https://127.0.0.1:$p1" \
+            >>"$WORK/lk2.log" 2>&1 </dev/null &
+        CLUSTER_PIDS+=($!)
+        CLUSTER_NAMES+=(lk2)
+        wait_ready "$p2" 60 || true
+        extra=(--raft-port "$(free_port)" --server "https://127.0.0.1:$p1")
+    fi
+    PORT=$(free_port)
+    if ! start_server "$WORK/lk3" "$PORT" "${extra[@]}"; then
+        fail "$T server starts"
+        summary "$LABEL"
+        exit 1
+    fi
+    # start_server names the server `test`; in a cluster it is the third member.
+    CLUSTER_PIDS+=("$SERVER_PID")
+    CLUSTER_NAMES+=(test)
+    KC=$WORK/lk3/kubeconfig.yaml
+    pass "$T server starts"
+    start_kubelet
+}
+
+k() { "$KUBECTL_BIN" --kubeconfig "$KC" --request-timeout=30s "$@" 2>&1; }
+
+# start_kubelet: the fake kubelet of nodes n1, n2, n3 (4 CPUs, 8Gi, 110 pods each).
+start_kubelet() {
+    rm -f "$CONTROL/ready"
+    "$ROOT/.venv/bin/python" "$ROOT/tests/controllers/fake_kubelet.py" --kubeconfig "$KC" \
+        --nodes n1,n2,n3 --control "$CONTROL" >>"$WORK/kubelet.log" 2>&1 </dev/null &
+    KUBELET_PID=$!
+    local i
+    for ((i = 0; i < 300; i++)); do
+        [ -f "$CONTROL/ready" ] && break
+        sleep 0.1
+    done
+    if [ -f "$CONTROL/ready" ]; then
+        pass "$T fake kubelet registered n1, n2, n3"
+    else
+        fail "$T fake kubelet registered n1, n2, n3"
+        sed 's/^/    | /' "$WORK/kubelet.log" | tail -20
+    fi
+}
+
+# stop_node NODE / resume_node NODE: the fake kubelet stops (resumes) renewing the node's
+# Lease and status.
+stop_node() { touch "$CONTROL/stop-$1"; }
+resume_node() { rm -f "$CONTROL/stop-$1"; }
+
+# run_scenario NAME: sources scenarios/NAME.sh with a fresh namespace $NS.
+run_scenario() {
+    local name=$1
+    NS="s-${name//[^a-z0-9]/-}"
+    echo "== scenario $name (namespace $NS)"
+    if ! k create namespace "$NS" >/dev/null; then
+        fail "$T $name: namespace created"
+        return
+    fi
+    # shellcheck disable=SC1090
+    source "$HERE/scenarios/$name.sh"
+    k delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
+}
+
+# wait_until NAME SECONDS CMD...: passes once CMD succeeds, fails after SECONDS (a hang guard).
+wait_until() {
+    local name=$1 limit=$2 i
+    shift 2
+    for ((i = 0; i < limit * 5; i++)); do
+        if "$@" >/dev/null 2>&1; then
+            pass "$name"
+            return 0
+        fi
+        sleep 0.2
+    done
+    fail "$name (not within ${limit}s)"
+    return 1
+}
+
+# jq_of ARGS... -- FILTER: `kubectl get ARGS -o json | jq -r FILTER`.
+jq_of() {
+    local args=() filter
+    while [ "$1" != -- ]; do
+        args+=("$1")
+        shift
+    done
+    filter=$2
+    k get "${args[@]}" -o json | jq -r "$filter"
+}
+
+# equals EXPECTED CMD...: CMD's output (trimmed) is EXPECTED (for wait_until).
+equals() {
+    local expected=$1 got
+    shift
+    got=$("$@" 2>/dev/null)
+    [ "$got" = "$expected" ]
+}
+
+# leader_name: the server running the controllers (the holder of the
+# kube-controller-manager Lease, up to its `_`).
+leader_name() {
+    jq_of lease kube-controller-manager -n kube-system -- '.spec.holderIdentity' | cut -d_ -f1
+}
+
+# kill_leader: SIGKILL the server that leads (HA only); prints its name. kubectl and the fake
+# kubelet use the third server: when it is the leader, they use lk1 from then on.
+kill_leader() {
+    local leader i
+    leader=$(leader_name)
+    for i in "${!CLUSTER_NAMES[@]}"; do
+        if [ "${CLUSTER_NAMES[$i]}" = "$leader" ]; then
+            kill -9 "${CLUSTER_PIDS[$i]}"
+            if [ "$leader" = test ]; then
+                SERVER_PID=
+                sed -i "s#https://127.0.0.1:$PORT#$(grep -o 'https://127.0.0.1:[0-9]*' "$WORK/lk1/kubeconfig.yaml")#" "$KC"
+                kill "$KUBELET_PID" 2>/dev/null
+                start_kubelet >/dev/null
+            fi
+            echo "$leader"
+            return 0
+        fi
+    done
+    return 1
+}
