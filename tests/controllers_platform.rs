@@ -98,3 +98,89 @@ fn bootstrap_objects_and_default_service_accounts_come_from_the_runner() {
             .filter(|again| again["metadata"]["uid"] != uid)
     });
 }
+
+#[test]
+fn every_namespace_gets_the_root_ca_and_events_expire_after_the_ttl() {
+    let server = TestServer::start_with(&["--event-ttl", "3s"]);
+    let ca = std::fs::read_to_string(server.ca_cert()).unwrap();
+    let out = server.kubectl(&["create", "namespace", "team-b"]);
+    assert!(out.status.success(), "{out:?}");
+    let cm = eventually(Duration::from_secs(10), || {
+        get_json(&server, &["configmap", "kube-root-ca.crt", "-n", "team-b"])
+    });
+    assert_eq!(cm["data"]["ca.crt"].as_str().unwrap(), ca);
+    // Edited, it is put back.
+    let out = server.kubectl(&[
+        "patch",
+        "configmap",
+        "kube-root-ca.crt",
+        "-n",
+        "team-b",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"ca.crt":"not a CA"}}"#,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    eventually(Duration::from_secs(10), || {
+        get_json(&server, &["configmap", "kube-root-ca.crt", "-n", "team-b"])
+            .filter(|cm| cm["data"]["ca.crt"].as_str() == Some(ca.as_str()))
+    });
+
+    let stamped = chrono::Utc::now();
+    let now = stamped.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let event = |name: &str| {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": "team-b"},
+            "involvedObject": {"kind": "Namespace", "name": "team-b"},
+            "reason": "Test", "message": "expires", "type": "Normal",
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        })
+        .to_string()
+    };
+    for name in ["short", "refreshed"] {
+        let path =
+            std::env::temp_dir().join(format!("litek8s-event-{name}-{}.json", std::process::id()));
+        std::fs::write(&path, event(name)).unwrap();
+        let out = server.kubectl(&["create", "-f", path.to_str().unwrap()]);
+        let _ = std::fs::remove_file(&path);
+        assert!(out.status.success(), "{out:?}");
+    }
+    // Refresh one before it expires: its TTL starts again.
+    std::thread::sleep(Duration::from_secs(2));
+    let later = (chrono::Utc::now() + chrono::Duration::seconds(1))
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let out = server.kubectl(&[
+        "patch",
+        "event",
+        "refreshed",
+        "-n",
+        "team-b",
+        "--type=merge",
+        "-p",
+        &format!(r#"{{"lastTimestamp":"{later}","count":2}}"#),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    eventually(Duration::from_secs(15), || {
+        get_json(&server, &["event", "short", "-n", "team-b"])
+            .is_none()
+            .then_some(())
+    });
+    // The TTL runs from the Event's recorded time (whole seconds, so up to 1 s before
+    // `stamped`).
+    let age = chrono::Utc::now() - stamped;
+    assert!(
+        age >= chrono::Duration::seconds(2),
+        "expired {age:?} after its lastTimestamp"
+    );
+    assert!(
+        get_json(&server, &["event", "refreshed", "-n", "team-b"]).is_some(),
+        "the refreshed event expired with the first one"
+    );
+    eventually(Duration::from_secs(15), || {
+        get_json(&server, &["event", "refreshed", "-n", "team-b"])
+            .is_none()
+            .then_some(())
+    });
+}

@@ -68,6 +68,41 @@ pub struct ApiserverArgs {
     /// Port of the Raft listener (server-to-server traffic); default: the API port + 1.
     #[arg(long, value_name = "PORT")]
     pub raft_port: Option<u16>,
+
+    /// How long Events are kept after their last update (kube-apiserver's --event-ttl), as a
+    /// Go duration: 1h, 30m, 1h30m, 90s.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_go_duration)]
+    pub event_ttl: std::time::Duration,
+}
+
+/// Parses a Go duration (`1h`, `30m`, `1h30m10s`, `500ms`), as kube-apiserver's flags take.
+pub fn parse_go_duration(text: &str) -> Result<std::time::Duration, String> {
+    let invalid = || format!("invalid duration {text:?} (examples: 1h, 30m, 90s)");
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    let mut total = std::time::Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .ok_or_else(invalid)?;
+        let number: f64 = rest[..digits].parse().map_err(|_| invalid())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            _ => return Err(invalid()),
+        };
+        rest = &rest[unit_len..];
+        total += std::time::Duration::try_from_secs_f64(number * seconds).map_err(|_| invalid())?;
+    }
+    Ok(total)
 }
 
 impl ApiserverArgs {
@@ -106,6 +141,7 @@ impl ApiserverArgs {
             service_cidr: self.service_cidr,
             kubernetes_service_ip,
             watch_history: self.watch_history,
+            event_ttl: self.event_ttl,
             cluster: ClusterFlags {
                 init: self.cluster_init,
                 server: self.server,

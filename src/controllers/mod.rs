@@ -12,17 +12,20 @@
 //!   [`objects`]: selectors, owner references, pod conditions and times read from objects.
 //! - [`leader_lease`]: the `kube-controller-manager` and `kube-scheduler` Leases;
 //!   [`bootstrap`]: the system namespaces and the `kubernetes` Service and endpoints.
-//! - Controllers, one file each: [`service_account`] (`default` in every namespace).
+//! - Controllers, one file each: [`service_account`] (`default` in every namespace),
+//!   [`root_ca`] (`kube-root-ca.crt` in every namespace), [`event_ttl`] (Events expire).
 //!
 //! Every write goes through the in-process client (`crate::client`), so controllers' writes
 //! get the API's defaults, validation and managedFields, and fail on a deposed leader.
 
 pub mod bootstrap;
+pub mod event_ttl;
 pub mod events;
 pub mod informer;
 pub mod leader_lease;
 pub mod objects;
 pub mod queue;
+pub mod root_ca;
 pub mod runner;
 pub mod service_account;
 pub mod worker;
@@ -40,6 +43,16 @@ pub struct Shared {
     pub apiserver: Client,
     /// This server's name (events' `source.host`).
     pub server_name: String,
+    pub settings: std::sync::Arc<ControllerSettings>,
     /// The session's end: loops a controller starts (event writers …) stop with it.
     pub stop: tokio_util::sync::CancellationToken,
+}
+
+/// Settings of the controllers, fixed for the life of the process.
+#[derive(Debug, Clone)]
+pub struct ControllerSettings {
+    /// How long an Event lives after its last update (`--event-ttl`, default 1 h).
+    pub event_ttl: std::time::Duration,
+    /// The cluster CA certificate (PEM), published as `kube-root-ca.crt` in every namespace.
+    pub ca_cert_pem: String,
 }

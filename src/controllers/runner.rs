@@ -20,8 +20,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::bootstrap::{self, ApiServers};
+use super::event_ttl::EventTtl;
 use super::informer::{Informers, InformersBuilder};
 use super::queue::WorkQueue;
+use super::root_ca::RootCaPublisher;
 use super::service_account::ServiceAccounts;
 use super::worker::{self, Controller};
 use super::{leader_lease, Shared};
@@ -44,12 +46,14 @@ pub struct RunnerInputs {
     /// Delay before a new leader's first pass over the bootstrap objects (a test seam to
     /// show readiness waiting for them; zero otherwise).
     pub bootstrap_delay: Duration,
+    pub settings: super::ControllerSettings,
 }
 
 /// Runs sessions as leadership comes and goes, until `shutdown`.
 pub async fn run(mut inputs: RunnerInputs, shutdown: CancellationToken) {
     // One identity per process, as kube-controller-manager's `<hostname>_<uuid>`.
     let identity = format!("{}_{}", inputs.server_name, uuid::Uuid::new_v4());
+    let settings = Arc::new(inputs.settings.clone());
     let mut session: Option<CancellationToken> = None;
     loop {
         let leading = *inputs.leading.borrow_and_update();
@@ -61,7 +65,7 @@ pub async fn run(mut inputs: RunnerInputs, shutdown: CancellationToken) {
                     "leading: starting the controllers"
                 );
                 let token = shutdown.child_token();
-                start_session(&inputs, &identity, token.clone());
+                start_session(&inputs, &settings, &identity, token.clone());
                 session = Some(token);
             }
             (None, Some(token)) => {
@@ -99,10 +103,19 @@ fn launch<C: Controller>(builder: &mut InformersBuilder) -> Launch {
 
 /// Every controller the runner starts, registered with `builder`.
 fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
-    vec![launch::<ServiceAccounts>(builder)]
+    vec![
+        launch::<ServiceAccounts>(builder),
+        launch::<RootCaPublisher>(builder),
+        launch::<EventTtl>(builder),
+    ]
 }
 
-fn start_session(inputs: &RunnerInputs, identity: &str, stop: CancellationToken) {
+fn start_session(
+    inputs: &RunnerInputs,
+    settings: &Arc<super::ControllerSettings>,
+    identity: &str,
+    stop: CancellationToken,
+) {
     let shared = Shared {
         controller_manager: Client::new(
             inputs.ctx.clone(),
@@ -120,6 +133,7 @@ fn start_session(inputs: &RunnerInputs, identity: &str, stop: CancellationToken)
             "kube-apiserver",
         ),
         server_name: inputs.server_name.clone(),
+        settings: settings.clone(),
         stop: stop.clone(),
     };
     tokio::spawn(leader_lease::hold(

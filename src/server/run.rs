@@ -31,6 +31,7 @@ use crate::cluster::protocol::JoinBundle;
 use crate::cluster::start as cluster_start;
 use crate::controllers::bootstrap::{self, ApiServers};
 use crate::controllers::runner::{self, RunnerInputs};
+use crate::controllers::ControllerSettings;
 use crate::kube::store::{Store, StoreConfig};
 use crate::kube::wal::{WalConfig, WalWriter};
 
@@ -192,6 +193,10 @@ pub async fn run_until(
                 service_ip,
             }),
             bootstrap_delay: bootstrap_delay_failpoint(),
+            settings: ControllerSettings {
+                event_ttl: settings.event_ttl,
+                ca_cert_pem: pki.ca_cert_pem.clone(),
+            },
         },
         shutdown.clone(),
     ));

@@ -27,6 +27,8 @@ pub struct ServerSettings {
     pub kubernetes_service_ip: IpAddr,
     /// Watch events kept for resuming watches.
     pub watch_history: usize,
+    /// How long Events are kept after their last update (`--event-ttl`).
+    pub event_ttl: std::time::Duration,
     /// HA cluster flags (all unset: a single server).
     pub cluster: ClusterFlags,
 }
