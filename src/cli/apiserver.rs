@@ -73,6 +73,15 @@ pub struct ApiserverArgs {
     /// Go duration: 1h, 30m, 1h30m, 90s.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_go_duration)]
     pub event_ttl: std::time::Duration,
+
+    /// How long a node's agent may stay silent (no Lease renewal, no status) before the node
+    /// is marked Unknown and tainted unreachable (kube-controller-manager's flag), Go duration.
+    #[arg(long, value_name = "DURATION", default_value = "40s", value_parser = parse_go_duration)]
+    pub node_monitor_grace_period: std::time::Duration,
+
+    /// Terminated pods kept before the oldest are deleted (0: keep all).
+    #[arg(long, value_name = "N", default_value_t = 12_500)]
+    pub terminated_pod_gc_threshold: usize,
 }
 
 /// Parses a Go duration (`1h`, `30m`, `1h30m10s`, `500ms`), as kube-apiserver's flags take.
@@ -142,6 +151,8 @@ impl ApiserverArgs {
             kubernetes_service_ip,
             watch_history: self.watch_history,
             event_ttl: self.event_ttl,
+            node_monitor_grace_period: self.node_monitor_grace_period,
+            terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
             cluster: ClusterFlags {
                 init: self.cluster_init,
                 server: self.server,

@@ -13,7 +13,10 @@
 //! - [`leader_lease`]: the `kube-controller-manager` and `kube-scheduler` Leases;
 //!   [`bootstrap`]: the system namespaces and the `kubernetes` Service and endpoints.
 //! - Controllers, one file each: [`service_account`] (`default` in every namespace),
-//!   [`root_ca`] (`kube-root-ca.crt` in every namespace), [`event_ttl`] (Events expire).
+//!   [`root_ca`] (`kube-root-ca.crt` in every namespace), [`event_ttl`] (Events expire),
+//!   [`node_lifecycle`] (silent nodes, taints from conditions), [`taint_eviction`] (pods
+//!   leave NoExecute-tainted nodes), [`pod_gc`] (terminated and orphaned pods); [`taints`]:
+//!   taints and tolerations.
 //!
 //! Every write goes through the in-process client (`crate::client`), so controllers' writes
 //! get the API's defaults, validation and managedFields, and fail on a deposed leader.
@@ -23,11 +26,15 @@ pub mod event_ttl;
 pub mod events;
 pub mod informer;
 pub mod leader_lease;
+pub mod node_lifecycle;
 pub mod objects;
+pub mod pod_gc;
 pub mod queue;
 pub mod root_ca;
 pub mod runner;
 pub mod service_account;
+pub mod taint_eviction;
+pub mod taints;
 pub mod worker;
 
 use crate::client::Client;
@@ -55,4 +62,10 @@ pub struct ControllerSettings {
     pub event_ttl: std::time::Duration,
     /// The cluster CA certificate (PEM), published as `kube-root-ca.crt` in every namespace.
     pub ca_cert_pem: String,
+    /// How long a node may go unheard before it is marked Unknown
+    /// (`--node-monitor-grace-period`, default 40 s).
+    pub node_monitor_grace_period: std::time::Duration,
+    /// Terminated pods kept before the oldest are deleted (`--terminated-pod-gc-threshold`,
+    /// default 12,500; 0 keeps all).
+    pub terminated_pod_gc_threshold: usize,
 }

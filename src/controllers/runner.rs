@@ -22,9 +22,12 @@ use tokio_util::sync::CancellationToken;
 use super::bootstrap::{self, ApiServers};
 use super::event_ttl::EventTtl;
 use super::informer::{Informers, InformersBuilder};
+use super::node_lifecycle::NodeLifecycle;
+use super::pod_gc::PodGc;
 use super::queue::WorkQueue;
 use super::root_ca::RootCaPublisher;
 use super::service_account::ServiceAccounts;
+use super::taint_eviction::TaintEviction;
 use super::worker::{self, Controller};
 use super::{leader_lease, Shared};
 use crate::api::ApiContext;
@@ -107,6 +110,9 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<ServiceAccounts>(builder),
         launch::<RootCaPublisher>(builder),
         launch::<EventTtl>(builder),
+        launch::<NodeLifecycle>(builder),
+        launch::<TaintEviction>(builder),
+        launch::<PodGc>(builder),
     ]
 }
 

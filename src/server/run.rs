@@ -195,6 +195,8 @@ pub async fn run_until(
             bootstrap_delay: bootstrap_delay_failpoint(),
             settings: ControllerSettings {
                 event_ttl: settings.event_ttl,
+                node_monitor_grace_period: settings.node_monitor_grace_period,
+                terminated_pod_gc_threshold: settings.terminated_pod_gc_threshold,
                 ca_cert_pem: pki.ca_cert_pem.clone(),
             },
         },

@@ -29,6 +29,10 @@ pub struct ServerSettings {
     pub watch_history: usize,
     /// How long Events are kept after their last update (`--event-ttl`).
     pub event_ttl: std::time::Duration,
+    /// `--node-monitor-grace-period`: how long a node may go unheard.
+    pub node_monitor_grace_period: std::time::Duration,
+    /// `--terminated-pod-gc-threshold`.
+    pub terminated_pod_gc_threshold: usize,
     /// HA cluster flags (all unset: a single server).
     pub cluster: ClusterFlags,
 }
