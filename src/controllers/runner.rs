@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::bootstrap::{self, ApiServers};
+use super::endpoints::Endpoints;
 use super::event_ttl::EventTtl;
 use super::informer::{Informers, InformersBuilder};
 use super::node_lifecycle::NodeLifecycle;
@@ -113,6 +114,7 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<NodeLifecycle>(builder),
         launch::<TaintEviction>(builder),
         launch::<PodGc>(builder),
+        launch::<Endpoints>(builder),
     ]
 }
 
