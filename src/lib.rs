@@ -6,6 +6,8 @@
 //! - [`cli`]: the `litek8s` command and its flags, resolved into settings.
 //! - [`client`]: the in-process API client: internal writes through the API pipeline.
 //! - [`controllers`]: the leader-gated runner, informers, work queues and controllers.
+//! - [`http_client`]: the one HTTP client (pinned TLS, plain health checks, kept HTTP/2
+//!   connections between servers) and `--server` URL parsing.
 //! - [`kube`]: the object model and the deterministic store that every write goes through
 //!   (Mutation → Writer → store.apply), `objects.wal`, the resource registry, selectors.
 //! - [`lb`]: the load balancer (`litek8s lb`): health checks, discovery, sticky TCP relay.
@@ -25,6 +27,7 @@ pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod controllers;
+pub mod http_client;
 pub mod kube;
 pub mod lb;
 pub mod raft;
