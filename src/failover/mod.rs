@@ -66,7 +66,7 @@ mod servers;
 mod shared;
 mod state;
 
-pub use persist::{PersistError, StateFile, FILE_NAME};
+pub use persist::{PersistError, StateFile};
 pub use servers::{Candidate, ServerCounters, ServerView};
 pub use shared::Failover;
-pub use state::{ServerState, RECOVERY_PASSES};
+pub use state::ServerState;

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::storage::fsutil::write_atomic;
 
 /// The file name inside the state directory.
-pub const FILE_NAME: &str = "servers.json";
+const FILE_NAME: &str = "servers.json";
 const VERSION: u32 = 1;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

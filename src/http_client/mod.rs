@@ -41,7 +41,7 @@ use std::time::Duration;
 
 pub use error::ClientError;
 pub use pool::{BadToken, Pool};
-pub use server_url::{Scheme, ServerUrl, ServerUrlError, DEFAULT_PORT};
+pub use server_url::{Scheme, ServerUrl, ServerUrlError};
 pub use single::{connect, get, send, Answer};
 pub use tls::{ClientIdentity, TlsConfig, TlsError, Transport};
 

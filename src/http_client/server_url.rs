@@ -8,7 +8,7 @@
 use std::net::Ipv6Addr;
 
 /// The port of the Kubernetes API when a URL names none.
-pub const DEFAULT_PORT: u16 = 6443;
+const DEFAULT_PORT: u16 = 6443;
 
 /// The scheme a URL was written with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
