@@ -6,9 +6,13 @@
 //! - [`cli`]: the `litek8s` command and its flags, resolved into settings.
 //! - [`client`]: the in-process API client: internal writes through the API pipeline.
 //! - [`controllers`]: the leader-gated runner, informers, work queues and controllers.
+//! - [`failover`]: a list of servers and which one to use (health checks, membership,
+//!   `servers.json`), for the load balancer and the node agent.
+//! - [`http_client`]: the one HTTP client (pinned TLS, plain health checks, kept HTTP/2
+//!   connections between servers) and `--server` URL parsing.
 //! - [`kube`]: the object model and the deterministic store that every write goes through
 //!   (Mutation → Writer → store.apply), `objects.wal`, the resource registry, selectors.
-//! - [`lb`]: the load balancer (`litek8s lb`): health checks, discovery, sticky TCP relay.
+//! - [`lb`]: the load balancer (`litek8s lb`): a sticky TCP relay on [`failover`].
 //! - [`api`]: HTTP handlers for the Kubernetes API (discovery, CRUD, watch, tables, errors).
 //! - [`server`]: assembles an API server process (TLS, certificates, tokens, listeners).
 //! - [`raft`]: the Raft log engine, snapshots, the state machine and the proposal batcher
@@ -25,6 +29,8 @@ pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod controllers;
+pub mod failover;
+pub mod http_client;
 pub mod kube;
 pub mod lb;
 pub mod raft;

@@ -1,7 +1,7 @@
 //! Membership and the join handshake (docs/guarantees.md, Membership; Transport): growing 3 → 5 → 3
 //! under writes, removing a member, a wiped member rejoining under its old name, joiners refused
 //! for a token whose CA hash does not match or whose secret is wrong, and `--cluster-init` on a
-//! single server's data keeping every object and resourceVersion.
+//! single server's data keeping every object and resourceVersion; `litek8s server list|remove`.
 
 mod cluster_support;
 mod support;
@@ -288,4 +288,82 @@ async fn a_member_is_ready_only_once_the_bootstrap_objects_reached_it() {
             );
         }
     }
+}
+
+/// Runs `litek8s server ARGS` with `token` as `LITEK8S_TOKEN`: (success, stdout, stderr).
+fn server_command(args: &[&str], token: &str) -> (bool, String, String) {
+    let out = std::process::Command::new(support::bin())
+        .arg("server")
+        .args(args)
+        .env("LITEK8S_TOKEN", token)
+        .output()
+        .expect("run litek8s server");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `litek8s server list` shows every member with its readiness (a stopped one unreachable),
+/// `server remove` removes one, and the token both pins the CA and carries the secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_list_and_remove_from_the_command_line() {
+    let mut cluster = Cluster::start(3);
+    let leader = cluster.wait_leader().await;
+    let stopped = (0..3).find(|&i| i != leader && i != 0).expect("a follower");
+    cluster.kill(stopped);
+    let stopped_name = format!("lk{}", stopped + 1);
+    let token = cluster.token();
+    let url = cluster.url(0);
+
+    let (ok, out, err) = server_command(&["list", "--server", &url], &token);
+    assert!(ok, "{err}");
+    let rows: Vec<Vec<String>> = out
+        .lines()
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        ["NAME", "ADDRESS", "ROLE", "VOTER", "TERM", "MATCHED", "LAG", "READY"],
+        "{out}"
+    );
+    let ready = |name: &str| {
+        rows.iter()
+            .find(|r| r[0] == name)
+            .and_then(|r| r.last().cloned())
+    };
+    for i in (0..3).filter(|&i| i != stopped) {
+        assert_eq!(
+            ready(&format!("lk{}", i + 1)).as_deref(),
+            Some("yes"),
+            "{out}"
+        );
+    }
+    assert_eq!(
+        ready(&stopped_name).as_deref(),
+        Some("unreachable"),
+        "{out}"
+    );
+
+    let (ok, out, err) = server_command(&["remove", &stopped_name, "--server", &url], &token);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), format!("removed {stopped_name}"));
+    let (ok, out, err) = server_command(&["list", "--server", &url], &token);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 3, "{out}");
+    assert!(!out.contains(&stopped_name), "{out}");
+
+    let (prefix, secret) = token.rsplit_once(':').unwrap();
+    let wrong_secret = format!("{prefix}:wrongwrongwrongwrongwrong");
+    let (ok, _, err) = server_command(&["list", "--server", &url], &wrong_secret);
+    assert!(!ok);
+    assert!(err.contains("refused the secret"), "{err}");
+    let wrong_hash = format!("K10{}::server:{secret}", "0".repeat(64));
+    let (ok, _, err) = server_command(&["list", "--server", &url], &wrong_hash);
+    assert!(!ok);
+    assert!(err.contains("but the token expects"), "{err}");
+    let (ok, _, err) = server_command(&["list", "--server", "ftp://x:1"], &token);
+    assert!(!ok);
+    assert!(err.contains("unknown scheme"), "{err}");
 }

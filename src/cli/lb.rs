@@ -7,9 +7,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 
-use crate::lb::health::CheckMode;
+use crate::http_client::ServerUrl;
 use crate::lb::proxy::ProxySettings;
-use crate::lb::settings::{server_address, LbSettings};
+use crate::lb::settings::{CheckMode, LbSettings};
 
 /// The long help of `litek8s lb --help`.
 pub const LONG_ABOUT: &str =
@@ -80,7 +80,9 @@ impl LbArgs {
     pub fn settings(self) -> anyhow::Result<LbSettings> {
         let mut seeds = Vec::new();
         for url in &self.servers {
-            let addr = server_address(url).map_err(anyhow::Error::msg)?;
+            let addr = ServerUrl::parse(url)
+                .map_err(|e| anyhow::anyhow!("--server {e}"))?
+                .authority();
             if !seeds.contains(&addr) {
                 seeds.push(addr);
             }

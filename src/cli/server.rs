@@ -11,6 +11,7 @@ use crate::cluster::join;
 use crate::cluster::peer::{is_auth_refusal, PeerClient, PeerError};
 use crate::cluster::protocol::{api_paths, MembersReply, MembershipReply, RemoveRequest};
 use crate::cluster::token::JoinToken;
+use crate::http_client::{self, ClientError, Limits, Transport};
 
 /// Flags of `litek8s server`.
 #[derive(Debug, Args)]
@@ -59,11 +60,9 @@ async fn connect(url: &str) -> anyhow::Result<(String, PeerClient)> {
         .filter(|t| !t.trim().is_empty())
         .context("set LITEK8S_TOKEN to the cluster's join token (<data-dir>/join-token)")?;
     let token = JoinToken::parse(&text).map_err(|e| anyhow::anyhow!("LITEK8S_TOKEN: {e}"))?;
-    let addr = join::server_address(url).map_err(anyhow::Error::msg)?;
-    let ca = join::fetch_verified_ca(&addr, &token)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    let client = PeerClient::new(&ca, token.secret).map_err(anyhow::Error::msg)?;
+    let addr = join::server_address(url)?;
+    let ca = join::fetch_verified_ca(&addr, &token).await?;
+    let client = PeerClient::new(&ca, token.secret)?;
     Ok((addr, client))
 }
 
@@ -128,24 +127,16 @@ async fn list(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether the member at `addr` answers plain-HTTP /readyz with 200.
+/// Whether the member at `addr` answers plain-HTTP /readyz with 200; `None` when it gives no
+/// answer within 2 s.
 async fn readyz(addr: &str) -> Option<bool> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let attempt = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        stream
-            .write_all(b"GET /readyz HTTP/1.1\r\nHost: litek8s\r\nConnection: close\r\n\r\n")
-            .await
-            .ok()?;
-        let mut buf = Vec::new();
-        stream.read_to_end(&mut buf).await.ok()?;
-        let text = String::from_utf8_lossy(&buf);
-        Some(text.starts_with("HTTP/1.1 200"))
-    };
-    tokio::time::timeout(Duration::from_secs(2), attempt)
-        .await
-        .ok()
-        .flatten()
+    let limits = Limits::new(Duration::from_secs(2), 64 << 10);
+    match http_client::get(addr, "/readyz", &Transport::Plain, limits).await {
+        Ok(answer) => Some(answer.status == http::StatusCode::OK),
+        // It answered, just not with HTTP: not ready, but reachable.
+        Err(ClientError::NotHttp { .. }) => Some(false),
+        Err(_) => None,
+    }
 }
 
 async fn remove(url: &str, name: &str) -> anyhow::Result<()> {

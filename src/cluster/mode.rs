@@ -69,7 +69,7 @@ pub fn decide(flags: &ClusterFlags, dir: &ClusterDir) -> Result<Mode, ClusterErr
         return Ok(Mode::Init { secret });
     }
     if let Some(url) = &flags.server {
-        let addr = join::server_address(url).map_err(ClusterError::Config)?;
+        let addr = join::server_address(url).map_err(|e| ClusterError::Config(e.to_string()))?;
         let token = token.ok_or_else(|| {
             ClusterError::Config(
                 "joining needs the join token in the LITEK8S_TOKEN environment variable".into(),
@@ -89,9 +89,9 @@ pub async fn fetch_join_bundle(
     addr: &str,
     token: &JoinToken,
 ) -> Result<JoinBundle, ClusterError> {
-    let failed = |reason: String| ClusterError::Join {
+    let failed = |e: join::JoinError| ClusterError::Join {
         addr: addr.to_string(),
-        reason,
+        reason: e.to_string(),
     };
     let ca = join::fetch_verified_ca(addr, token).await.map_err(failed)?;
     let bundle = join::fetch_bundle(addr, &ca, token).await.map_err(failed)?;

@@ -181,9 +181,9 @@ pub async fn start(inputs: StartInputs<'_>) -> Result<Started, ClusterError> {
         );
         join::request_admission(&node.peers, &addr, identity.node_id, &me)
             .await
-            .map_err(|reason| ClusterError::Join {
+            .map_err(|e| ClusterError::Join {
                 addr: addr.clone(),
-                reason,
+                reason: e.to_string(),
             })?;
         dir.write_identity(&identity)?;
         tracing::info!(component = "raft", %addr, "joined the cluster");

@@ -1,14 +1,13 @@
-//! The state every task of the balancer shares: the server list behind one lock, the global
-//! connection counters, and the state file the learned list is written to when it changes.
-//! A thin face over `servers` (the policy) for the health, discovery, proxy and status tasks.
+//! The state every task of the balancer shares: the server list (`failover::Failover`, which
+//! holds all policy and the state file) and the balancer's own connection counters, for the
+//! proxy and status tasks.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use parking_lot::Mutex;
 use serde::Serialize;
 
-use super::persist::StateFile;
-use super::servers::{Candidate, ServerSet, ServerView};
+use crate::failover::{Failover, ServerView};
 
 /// Connection counters of the whole balancer.
 #[derive(Debug, Default)]
@@ -33,76 +32,26 @@ pub struct Status {
 
 /// The shared state.
 pub struct Balancer {
-    servers: Mutex<ServerSet>,
+    pub servers: Arc<Failover>,
     pub counters: Counters,
-    seeds: Vec<String>,
-    state_file: Option<StateFile>,
 }
 
 impl Balancer {
-    /// A balancer for `seeds` (the `--server` addresses); `remembered` comes from the state
-    /// file of an earlier run.
-    pub fn new(
-        seeds: Vec<String>,
-        remembered: &[String],
-        state_file: Option<StateFile>,
-    ) -> Balancer {
-        let mut set = ServerSet::new(&seeds);
-        set.add_remembered(remembered);
+    pub fn new(servers: Arc<Failover>) -> Balancer {
         Balancer {
-            servers: Mutex::new(set),
+            servers,
             counters: Counters::default(),
-            seeds,
-            state_file,
-        }
-    }
-
-    pub fn addrs(&self) -> Vec<String> {
-        self.servers.lock().addrs()
-    }
-
-    pub fn candidates(&self) -> Vec<Candidate> {
-        self.servers.lock().candidates()
-    }
-
-    pub fn active(&self) -> Option<String> {
-        self.servers.lock().active().map(str::to_string)
-    }
-
-    pub fn on_check(&self, addr: &str, result: Result<std::net::SocketAddr, String>) {
-        self.servers.lock().on_check(addr, result);
-    }
-
-    pub fn on_connect_failed(&self, addr: &str, reason: String) {
-        self.servers.lock().on_connect_failed(addr, reason);
-    }
-
-    /// A membership answer; the state file is rewritten when the list changed.
-    pub fn on_members(&self, listed: &[String]) {
-        let changed = {
-            let mut set = self.servers.lock();
-            set.on_members(listed).then(|| set.members())
-        };
-        if let (Some(members), Some(file)) = (changed, &self.state_file) {
-            match file.save(&self.seeds, &members) {
-                Ok(()) => tracing::info!(
-                    "saved {} server(s) to {}",
-                    members.len(),
-                    file.path().display()
-                ),
-                Err(e) => tracing::warn!("cannot save the server list: {e}"),
-            }
         }
     }
 
     pub fn status(&self) -> Status {
-        let set = self.servers.lock();
+        let (active, servers) = self.servers.view();
         Status {
-            active: set.active().map(str::to_string),
+            active,
             accepted: self.counters.accepted.load(Ordering::Relaxed),
             unserved: self.counters.unserved.load(Ordering::Relaxed),
             open: self.counters.open.load(Ordering::Relaxed),
-            servers: set.view(),
+            servers,
         }
     }
 }

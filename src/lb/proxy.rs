@@ -18,9 +18,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::balancer::Balancer;
-use super::probe;
 use super::relay;
-use super::servers::Candidate;
+use crate::failover::Candidate;
+use crate::http_client::{self, ClientError};
 
 /// Tuning of the data path.
 #[derive(Debug, Clone)]
@@ -97,7 +97,7 @@ async fn handle(
     let _open = OpenGuard::new(&balancer.counters.open);
     let _ = client.set_nodelay(true);
     let mut tried = Vec::new();
-    for candidate in balancer.candidates() {
+    for candidate in balancer.servers.candidates() {
         let attempt = tokio::select! {
             _ = kill.cancelled() => return,
             attempt = connect(&candidate, settings.connect_timeout) => attempt,
@@ -105,7 +105,7 @@ async fn handle(
         match attempt {
             Ok(server) => return forward(client, server, peer, candidate, kill).await,
             Err(reason) => {
-                balancer.on_connect_failed(&candidate.addr, reason);
+                balancer.servers.on_connect_failed(&candidate.addr, &reason);
                 tried.push(candidate.addr);
             }
         }
@@ -116,10 +116,10 @@ async fn handle(
 
 /// Connects to where the candidate's last passing check connected, else (never checked, or
 /// failed since) to its address as given, resolving a host name.
-async fn connect(candidate: &Candidate, limit: Duration) -> Result<TcpStream, String> {
+async fn connect(candidate: &Candidate, limit: Duration) -> Result<TcpStream, ClientError> {
     match candidate.reached {
-        Some(reached) => probe::connect(reached, limit).await,
-        None => probe::connect(candidate.addr.as_str(), limit).await,
+        Some(reached) => http_client::connect(reached, limit).await,
+        None => http_client::connect(candidate.addr.as_str(), limit).await,
     }
 }
 
@@ -151,6 +151,7 @@ async fn forward(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::failover::Failover;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A balancer in front of `name` only, serving on a fresh port; the backend it may
@@ -170,10 +171,11 @@ mod tests {
                 });
             }
         });
-        let balancer = Arc::new(Balancer::new(vec![name.to_string()], &[], None));
+        let servers = Failover::new(vec![name.to_string()], &[], None);
         if let Some(reached) = reached {
-            balancer.on_check(name, Ok(reached));
+            servers.on_check(name, Ok(reached));
         }
+        let balancer = Arc::new(Balancer::new(Arc::new(servers)));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let front = listener.local_addr().unwrap();
         let (stop, kill) = (CancellationToken::new(), CancellationToken::new());

@@ -1,8 +1,8 @@
 //! Assembly of a balancer process: its listeners (from systemd socket activation when
-//! present, else bound here), the state file, the health, discovery, status and proxy tasks,
-//! and the shutdown on SIGTERM/SIGINT: stop accepting (the socket stays with systemd, so new
-//! clients wait for the next start), let open connections finish for `drain_timeout`, then
-//! close the rest.
+//! present, else bound here), the server list with its state file, the health, discovery,
+//! status and proxy tasks, and the shutdown on SIGTERM/SIGINT: stop accepting (the socket
+//! stays with systemd, so new clients wait for the next start), let open connections finish
+//! for `drain_timeout`, then close the rest.
 
 use std::net::TcpListener as StdListener;
 use std::sync::Arc;
@@ -12,11 +12,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::balancer::Balancer;
-use super::health::{self, CheckMode};
-use super::persist::StateFile;
-use super::probe::Transport;
 use super::settings::LbSettings;
-use super::{discovery, proxy, status};
+use super::{proxy, status};
+use crate::failover::{discovery, health, Failover, StateFile};
 use crate::systemd::activation::Activation;
 use crate::systemd::notify::Notifier;
 
@@ -82,38 +80,16 @@ pub async fn run(settings: LbSettings, listeners: Listeners) -> anyhow::Result<(
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let notifier = Notifier::from_env();
     let state_file = settings.state_dir.as_deref().map(StateFile::in_dir);
-    let remembered = match &state_file {
-        Some(file) => match file.load(&settings.seeds) {
-            Ok(Some(servers)) => {
-                tracing::info!(
-                    "{} server(s) remembered in {}",
-                    servers.len(),
-                    file.path().display()
-                );
-                servers
-            }
-            Ok(None) => Vec::new(),
-            Err(e) => {
-                tracing::warn!("ignoring the state file: {e}");
-                Vec::new()
-            }
-        },
-        None => {
-            tracing::info!("no --state-dir (and no $STATE_DIRECTORY): the learned servers are not remembered across restarts");
-            Vec::new()
-        }
-    };
-    let balancer = Arc::new(Balancer::new(
-        settings.seeds.clone(),
-        &remembered,
-        state_file,
-    ));
-    let check =
-        health::checker(&settings.check, settings.check_timeout).map_err(anyhow::Error::msg)?;
-    let discovery_transport = match settings.check {
-        CheckMode::Https => Transport::unverified_tls().map_err(anyhow::Error::msg)?,
-        CheckMode::Http | CheckMode::Tcp => Transport::Plain,
-    };
+    if state_file.is_none() {
+        tracing::info!("no --state-dir (and no $STATE_DIRECTORY): the learned servers are not remembered across restarts");
+    }
+    let servers = Arc::new(Failover::open(settings.seeds.clone(), state_file));
+    let balancer = Arc::new(Balancer::new(servers.clone()));
+    let check = health::checker(
+        settings.check.check().context("the health check")?,
+        settings.check_timeout,
+    );
+    let discovery_transport = settings.check.transport().context("the discovery client")?;
     let clients = tokio::net::TcpListener::from_std(listeners.clients)
         .context("registering the client listener")?;
     let local = clients.local_addr().context("client listener address")?;
@@ -123,13 +99,13 @@ pub async fn run(settings: LbSettings, listeners: Listeners) -> anyhow::Result<(
     let tracker = TaskTracker::new();
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(health::run(
-        balancer.clone(),
+        servers.clone(),
         check,
         settings.check_interval,
         stop.clone(),
     ));
     tasks.spawn(discovery::run(
-        balancer.clone(),
+        servers.clone(),
         discovery_transport,
         settings.discovery_interval,
         settings.check_timeout,

@@ -1,12 +1,14 @@
-//! The balancer's validated settings (built from the command line by `cli::lb`), and how a
-//! `--server` URL becomes the `host:port` the balancer connects to.
+//! The balancer's validated settings (built from the command line by `cli::lb`; `--server`
+//! URLs become `host:port` through `http_client::ServerUrl`), and what its check flags
+//! mean.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::health::CheckMode;
 use super::proxy::ProxySettings;
+use crate::failover::health::Check;
+use crate::http_client::{TlsConfig, TlsError, Transport};
 
 /// Everything `lb::run` needs.
 #[derive(Debug, Clone)]
@@ -29,81 +31,42 @@ pub struct LbSettings {
     pub drain_timeout: Duration,
 }
 
-/// `https://HOST:PORT`, `http://HOST:PORT` or `HOST:PORT` (port 6443 when omitted) →
-/// `HOST:PORT`.
-pub fn server_address(url: &str) -> Result<String, String> {
-    let bad = |why: &str| format!("--server {url:?}: {why} (expected https://HOST:PORT)");
-    let rest = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))
-        .unwrap_or(url);
-    if rest.contains("://") {
-        return Err(bad("unknown scheme"));
-    }
-    let authority = rest.strip_suffix('/').unwrap_or(rest);
-    if authority.is_empty() {
-        return Err(bad("no host"));
-    }
-    if authority.contains(['/', '?', '#', '@', ' ']) {
-        return Err(bad("only a host and a port are allowed"));
-    }
-    // `[v6]:port`, `[v6]`, `host:port`, `host`.
-    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-        let (host, after) = v6.split_once(']').ok_or_else(|| bad("unclosed ["))?;
-        let port = match after {
-            "" => None,
-            p => Some(p.strip_prefix(':').ok_or_else(|| bad("junk after ]"))?),
-        };
-        (format!("[{host}]"), port)
-    } else {
-        match authority.split_once(':') {
-            Some((h, p)) => (h.to_string(), Some(p)),
-            None => (authority.to_string(), None),
-        }
-    };
-    if host.is_empty() || host == "[]" {
-        return Err(bad("no host"));
-    }
-    let port = match port {
-        None => 6443,
-        Some(p) => match p.parse::<u16>() {
-            Ok(p) if p > 0 => p,
-            _ => return Err(bad("bad port")),
-        },
-    };
-    Ok(format!("{host}:{port}"))
+/// How servers are checked (`--https-check`, `--tcp-check`, else plain HTTP).
+#[derive(Debug, Clone)]
+pub enum CheckMode {
+    /// `GET /readyz` over plain HTTP (litek8s answers it on the API port).
+    Http,
+    /// `GET /readyz` over TLS (kube-apiservers that allow anonymous /readyz).
+    Https,
+    /// Only a TCP connect.
+    Tcp,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::server_address;
-
-    #[test]
-    fn server_urls() {
-        for (url, addr) in [
-            ("https://127.0.0.1:7010", "127.0.0.1:7010"),
-            ("https://10.0.0.1:6443/", "10.0.0.1:6443"),
-            ("http://s1.example", "s1.example:6443"),
-            ("s1:1", "s1:1"),
-            ("https://[::1]:6443", "[::1]:6443"),
-            ("[fd00::1]", "[fd00::1]:6443"),
-        ] {
-            assert_eq!(server_address(url).as_deref(), Ok(addr), "{url}");
+impl CheckMode {
+    pub fn name(&self) -> &'static str {
+        match self {
+            CheckMode::Http => "http",
+            CheckMode::Https => "https",
+            CheckMode::Tcp => "tcp",
         }
-        for bad in [
-            "",
-            "https://",
-            "ftp://x:1",
-            "https://x:0",
-            "https://x:99999",
-            "https://x:1/api",
-            "x:y",
-            "[::1",
-            "[::1]x",
-            "https://u@x:1",
-            "[]:1",
-        ] {
-            assert!(server_address(bad).is_err(), "{bad}");
+    }
+
+    /// The health check.
+    pub fn check(&self) -> Result<Check, TlsError> {
+        match self {
+            CheckMode::Tcp => Ok(Check::Tcp),
+            CheckMode::Http | CheckMode::Https => Ok(Check::Readyz(self.transport()?)),
+        }
+    }
+
+    /// How `/readyz` and the member list are fetched. With `--https-check`, TLS without
+    /// certificate verification: the balancer trusts nothing it reads there beyond "this
+    /// address answers /readyz with 200" and a list of addresses to check, and passes client
+    /// bytes untouched, so clients still verify the server they reach.
+    pub fn transport(&self) -> Result<Transport, TlsError> {
+        match self {
+            CheckMode::Https => Ok(Transport::Tls(TlsConfig::unverified()?)),
+            CheckMode::Http | CheckMode::Tcp => Ok(Transport::Plain),
         }
     }
 }

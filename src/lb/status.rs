@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::balancer::{Balancer, Status};
-use super::state::ServerState;
+use crate::failover::ServerState;
 use crate::systemd::notify::Notifier;
 
 /// The one-line summary: active server, servers per state, connections open.

@@ -1,6 +1,6 @@
-//! The health state of one server as the balancer sees it, ordered by preference: the
-//! balancer sends new connections to the first server in this order, so keeping the list
-//! sorted by state is the selection policy (see `servers`).
+//! The health state of one server, ordered by preference: new connections go to the first
+//! server in this order, so keeping the list sorted by state is the selection policy (see
+//! `servers`).
 
 use std::fmt;
 

@@ -17,12 +17,14 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use super::health::CheckError;
 use super::state::{ServerState, RECOVERY_PASSES};
+use crate::http_client::ClientError;
 
 /// One server and its bookkeeping.
 #[derive(Debug)]
 struct Entry {
-    /// `host:port` the balancer connects to.
+    /// `host:port` to connect to.
     addr: String,
     state: ServerState,
     /// Given with `--server`: kept when the cluster no longer lists it, tried last.
@@ -41,7 +43,8 @@ struct Entry {
     counters: Arc<ServerCounters>,
 }
 
-/// Connection counters of one server, shared with its connections.
+/// Connection counters of one server, shared with its connections (kept by whoever makes
+/// them: the balancer counts its relayed clients).
 #[derive(Debug, Default)]
 pub struct ServerCounters {
     pub open: AtomicUsize,
@@ -52,8 +55,8 @@ pub struct ServerCounters {
 #[derive(Debug, Clone)]
 pub struct Candidate {
     pub addr: String,
-    /// Where the last passing check connected: new connections go there without a name
-    /// lookup of their own (one lookup per check interval, none per client).
+    /// Where the last passing check connected: new connections may go there without a name
+    /// lookup of their own (one lookup per check interval, none per connection).
     pub reached: Option<SocketAddr>,
     pub state: ServerState,
     /// Cancelled when this server fails or leaves: the connection must then close.
@@ -178,7 +181,7 @@ impl ServerSet {
     }
 
     /// A health check result for `addr` (`Err` carries why it failed).
-    pub fn on_check(&mut self, addr: &str, result: Result<SocketAddr, String>) {
+    pub fn on_check(&mut self, addr: &str, result: Result<SocketAddr, CheckError>) {
         let Some(i) = self.find(addr) else {
             return; // removed while its check ran
         };
@@ -202,18 +205,18 @@ impl ServerSet {
             Err(reason) => {
                 self.entries[i].passes = 0;
                 self.entries[i].reached = None;
-                self.transition(i, ServerState::Failed, reason);
+                self.transition(i, ServerState::Failed, reason.to_string());
             }
         }
         self.promote_if_none_active();
     }
 
     /// A connection to `addr` could not be made: the server fails at once.
-    pub fn on_connect_failed(&mut self, addr: &str, reason: String) {
+    pub fn on_connect_failed(&mut self, addr: &str, reason: &ClientError) {
         if let Some(i) = self.find(addr) {
             self.entries[i].passes = 0;
             self.entries[i].reached = None;
-            self.transition(i, ServerState::Failed, reason);
+            self.transition(i, ServerState::Failed, reason.to_string());
             self.promote_if_none_active();
         }
     }
@@ -314,6 +317,16 @@ mod tests {
         SocketAddr::from(([127, 0, 0, 1], 6443))
     }
 
+    /// `/readyz` answered 503.
+    fn not_ready() -> CheckError {
+        CheckError::NotReady(503)
+    }
+
+    /// Nothing listens.
+    fn refused() -> ClientError {
+        ClientError::Refused("Connection refused (os error 111)".into())
+    }
+
     fn addrs(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
     }
@@ -346,7 +359,7 @@ mod tests {
         }
         let old = set.candidates()[0].clone();
         assert_eq!(old.addr, "a:1");
-        set.on_check("a:1", Err("readyz answered 503".into()));
+        set.on_check("a:1", Err(not_ready()));
         assert!(
             old.closed.is_cancelled(),
             "connections to a failed server close"
@@ -366,9 +379,9 @@ mod tests {
     fn a_failure_in_between_restarts_recovery() {
         let mut set = ServerSet::new(&addrs(&["a:1", "b:1"]));
         set.on_check("b:1", Ok(passed()));
-        set.on_check("a:1", Err("x".into()));
+        set.on_check("a:1", Err(CheckError::NoAnswer(refused())));
         set.on_check("a:1", Ok(passed()));
-        set.on_check("a:1", Err("y".into()));
+        set.on_check("a:1", Err(not_ready()));
         set.on_check("a:1", Ok(passed()));
         assert_eq!(states(&set)[0].1, "recovering");
         assert_eq!(set.view()[0].reason, "readyz passed");
@@ -380,8 +393,8 @@ mod tests {
         set.on_check("a:1", Ok(passed()));
         set.on_check("b:1", Ok(passed()));
         // The leader dies; the other one is not ready until it elects a new leader.
-        set.on_check("b:1", Err("readyz answered 503".into()));
-        set.on_check("a:1", Err("connect: refused".into()));
+        set.on_check("b:1", Err(not_ready()));
+        set.on_check("a:1", Err(CheckError::NoAnswer(refused())));
         assert_eq!(set.active(), None);
         set.on_check("b:1", Ok(passed()));
         assert_eq!(set.active(), Some("b:1"));
@@ -392,7 +405,7 @@ mod tests {
         let mut set = ServerSet::new(&addrs(&["seed:1"]));
         set.on_members(&addrs(&["seed:1", "m2:1", "m3:1"]));
         for a in ["seed:1", "m2:1", "m3:1"] {
-            set.on_check(a, Err("refused".into()));
+            set.on_check(a, Err(CheckError::NoAnswer(refused())));
         }
         assert_eq!(set.active(), None);
         assert_eq!(order(&set), addrs(&["m2:1", "m3:1", "seed:1"]));
@@ -428,7 +441,7 @@ mod tests {
         assert_eq!(set.members(), addrs(&["seed:1", "m2:1"]));
         set.on_check("m2:1", Ok(passed()));
         assert_eq!(set.active(), Some("m2:1"));
-        set.on_connect_failed("m2:1", "connect: refused".into());
+        set.on_connect_failed("m2:1", &refused());
         assert_eq!(set.active(), None);
         assert_eq!(states(&set)[1], ("m2:1".to_string(), "failed"));
     }
@@ -444,14 +457,14 @@ mod tests {
         let resolved = SocketAddr::from(([192, 0, 2, 7], 6443));
         set.on_check("cp1.example:6443", Ok(resolved));
         assert_eq!(set.candidates()[0].reached, Some(resolved));
-        set.on_check("cp1.example:6443", Err("readyz answered 503".into()));
+        set.on_check("cp1.example:6443", Err(not_ready()));
         assert_eq!(
             set.candidates()[0].reached,
             None,
             "a failed check forgets it"
         );
         set.on_check("cp1.example:6443", Ok(resolved));
-        set.on_connect_failed("cp1.example:6443", "connect: refused".into());
+        set.on_connect_failed("cp1.example:6443", &refused());
         assert_eq!(
             set.candidates()[0].reached,
             None,
