@@ -406,14 +406,17 @@ impl Endpoints {
             .pointer("/metadata/labels")
             .cloned()
             .unwrap_or_else(|| json!({}));
-        if publish_not_ready {
-            labels["service.kubernetes.io/headless"] = Value::Null;
+        // Upstream marks the Endpoints of headless Services.
+        if svc.pointer("/spec/clusterIP").and_then(Value::as_str) == Some("None") {
+            labels["service.kubernetes.io/headless"] = json!("");
         }
         let mut annotations = json!({});
         if truncated {
             annotations["endpoints.kubernetes.io/over-capacity"] = json!("truncated");
         }
-        let existing = self.endpoints.get(&key.namespace, &key.name);
+        // From the store rather than the cache: this controller's own last write may not have
+        // reached the informer yet, and its resourceVersion is the precondition.
+        let existing = self.client.get(endpoints_kind, &key.namespace, &key.name);
         let result = match existing {
             None => {
                 let object = json!({
