@@ -257,3 +257,153 @@ impl PodGc {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::testing::{session, settings, until};
+    use crate::kube::object::ObjectKey;
+    use crate::kube::resources;
+
+    async fn namespace(client: &Client) {
+        client
+            .create(
+                resources::find("", "v1", "namespaces").unwrap(),
+                "",
+                &json!({"metadata": {"name": "ns"}}),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn pod(client: &Client, name: &str, node: Option<&str>, phase: Option<&str>) {
+        let mut p = json!({"metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+        if let Some(n) = node {
+            p["spec"]["nodeName"] = json!(n);
+        }
+        let created = client.create(pods(), "ns", &p).await.unwrap();
+        if let Some(phase) = phase {
+            let mut v = created;
+            v["status"] = json!({"phase": phase});
+            client.update_status(pods(), "ns", name, &v).await.unwrap();
+        }
+    }
+
+    fn exists(s: &crate::controllers::testing::Session<PodGc>, name: &str) -> bool {
+        s.client
+            .store()
+            .get(&ObjectKey::new("pods", "ns", name))
+            .is_some()
+    }
+
+    #[tokio::test]
+    async fn terminated_pods_over_the_threshold_go_oldest_first() {
+        let mut config = settings();
+        config.terminated_pod_gc_threshold = 2;
+        let s = session::<PodGc>(config, async |c: &Client| {
+            namespace(c).await;
+            // No Node objects: the pods name a node that exists in no store, which is not
+            // this test's concern (those are collected only after the quarantine).
+            for (name, phase) in [
+                ("a-done", Some("Succeeded")),
+                ("b-failed", Some("Failed")),
+                ("c-done", Some("Succeeded")),
+                ("d-running", Some("Running")),
+            ] {
+                pod(c, name, Some("n1"), phase).await;
+            }
+        })
+        .await;
+        until(|| {
+            s.client
+                .store()
+                .snapshot()
+                .range("pods", Some("ns"), None)
+                .count()
+                == 4
+        })
+        .await;
+        s.controller.reconcile(&GcKey::Terminated).await.unwrap();
+        // Same creation second: the names decide; one over the threshold of 2 goes.
+        assert!(!exists(&s, "a-done"));
+        assert!(exists(&s, "b-failed") && exists(&s, "c-done") && exists(&s, "d-running"));
+        s.controller.reconcile(&GcKey::Terminated).await.unwrap();
+        until(|| !exists(&s, "a-done")).await;
+        assert!(exists(&s, "b-failed"), "at the threshold nothing more goes");
+    }
+
+    #[tokio::test]
+    async fn an_unbound_pod_being_deleted_is_finished_and_a_bound_one_waits_for_its_node() {
+        let s = session::<PodGc>(settings(), async |c: &Client| {
+            namespace(c).await;
+            c.create(
+                resources::find("", "v1", "nodes").unwrap(),
+                "",
+                &json!({"metadata": {"name": "n1"}}),
+            )
+            .await
+            .unwrap();
+            pod(c, "unbound", None, None).await;
+            // A finalizer holds it: the delete only marks it.
+            c.patch(
+                pods(),
+                "ns",
+                "unbound",
+                None,
+                PatchKind::Merge,
+                &json!({"metadata": {"finalizers": ["test/hold"]}}),
+            )
+            .await
+            .unwrap();
+            c.delete(pods(), "ns", "unbound", &DeleteOptions::default())
+                .await
+                .unwrap();
+            pod(c, "bound", Some("n1"), Some("Running")).await;
+            pod(c, "orphan", Some("gone"), Some("Running")).await;
+        })
+        .await;
+        let name = |n: &str| ObjectName::new("ns", n);
+        until(|| {
+            s.client
+                .store()
+                .snapshot()
+                .range("pods", Some("ns"), None)
+                .count()
+                == 3
+        })
+        .await;
+        // Being deleted, never bound: the delete with grace 0 leaves it to its finalizer.
+        s.controller
+            .reconcile(&GcKey::Pod(name("unbound")))
+            .await
+            .unwrap();
+        let unbound = s
+            .client
+            .store()
+            .get(&ObjectKey::new("pods", "ns", "unbound"))
+            .unwrap()
+            .value();
+        assert_eq!(unbound["metadata"]["deletionGracePeriodSeconds"], 0);
+        // Its node exists: nothing happens.
+        assert_eq!(
+            s.controller
+                .reconcile(&GcKey::Pod(name("bound")))
+                .await
+                .unwrap(),
+            Outcome::Done
+        );
+        assert!(exists(&s, "bound"));
+        // Its node is missing: first the quarantine.
+        match s
+            .controller
+            .reconcile(&GcKey::Pod(name("orphan")))
+            .await
+            .unwrap()
+        {
+            Outcome::RequeueAfter(d) => assert!(d > Duration::from_secs(39), "{d:?}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(exists(&s, "orphan"));
+    }
+}
