@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::cluster::ClusterFlags;
+use crate::controllers::node_ipam::ClusterCidr;
 use crate::server::settings::{first_service_ip, ServerSettings};
 
 /// The long help of `litek8s apiserver --help`.
@@ -78,6 +79,10 @@ pub struct ApiserverArgs {
     /// is marked Unknown and tainted unreachable (kube-controller-manager's flag), Go duration.
     #[arg(long, value_name = "DURATION", default_value = "40s", value_parser = parse_go_duration)]
     pub node_monitor_grace_period: std::time::Duration,
+
+    /// The pods' address range; each node gets a /24 of it as its podCIDR.
+    #[arg(long, value_name = "CIDR", default_value = "10.42.0.0/16", value_parser = ClusterCidr::parse)]
+    pub cluster_cidr: ClusterCidr,
 
     /// Terminated pods kept before the oldest are deleted (0: keep all).
     #[arg(long, value_name = "N", default_value_t = 12_500)]
@@ -153,6 +158,7 @@ impl ApiserverArgs {
             event_ttl: self.event_ttl,
             node_monitor_grace_period: self.node_monitor_grace_period,
             terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
+            cluster_cidr: self.cluster_cidr,
             cluster: ClusterFlags {
                 init: self.cluster_init,
                 server: self.server,

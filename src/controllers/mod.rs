@@ -14,7 +14,7 @@
 //!   [`bootstrap`]: the system namespaces and the `kubernetes` Service and endpoints.
 //! - Controllers, one file each: [`service_account`] (`default` in every namespace),
 //!   [`root_ca`] (`kube-root-ca.crt` in every namespace), [`event_ttl`] (Events expire),
-//!   [`node_lifecycle`] (silent nodes, taints from conditions), [`taint_eviction`] (pods
+//!   [`node_lifecycle`] (silent nodes, taints from conditions), [`node_ipam`] (pod CIDRs), [`taint_eviction`] (pods
 //!   leave NoExecute-tainted nodes), [`pod_gc`] (terminated and orphaned pods),
 //!   [`endpoints`] (EndpointSlices and Endpoints of Services); [`taints`]:
 //!   taints and tolerations.
@@ -28,6 +28,7 @@ pub mod event_ttl;
 pub mod events;
 pub mod informer;
 pub mod leader_lease;
+pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod objects;
 pub mod pod_gc;
@@ -70,6 +71,8 @@ pub struct ControllerSettings {
     /// Terminated pods kept before the oldest are deleted (`--terminated-pod-gc-threshold`,
     /// default 12,500; 0 keeps all).
     pub terminated_pod_gc_threshold: usize,
+    /// The pods' address range (`--cluster-cidr`, default 10.42.0.0/16), a /24 per node.
+    pub cluster_cidr: node_ipam::ClusterCidr,
 }
 
 /// An in-process session for controller tests: a real store, objects.wal and API pipeline,
@@ -108,6 +111,8 @@ pub mod testing {
             ca_cert_pem: "CA".into(),
             node_monitor_grace_period: std::time::Duration::from_secs(40),
             terminated_pod_gc_threshold: 12_500,
+            cluster_cidr: super::node_ipam::ClusterCidr::parse("10.42.0.0/16")
+                .expect("a valid CIDR"),
         }
     }
 

@@ -23,6 +23,7 @@ use super::bootstrap::{self, ApiServers};
 use super::endpoints::Endpoints;
 use super::event_ttl::EventTtl;
 use super::informer::{Informers, InformersBuilder};
+use super::node_ipam::NodeIpam;
 use super::node_lifecycle::NodeLifecycle;
 use super::pod_gc::PodGc;
 use super::queue::WorkQueue;
@@ -115,6 +116,7 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<TaintEviction>(builder),
         launch::<PodGc>(builder),
         launch::<Endpoints>(builder),
+        launch::<NodeIpam>(builder),
     ]
 }
 

@@ -197,6 +197,7 @@ pub async fn run_until(
                 event_ttl: settings.event_ttl,
                 node_monitor_grace_period: settings.node_monitor_grace_period,
                 terminated_pod_gc_threshold: settings.terminated_pod_gc_threshold,
+                cluster_cidr: settings.cluster_cidr,
                 ca_cert_pem: pki.ca_cert_pem.clone(),
             },
         },

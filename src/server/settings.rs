@@ -33,6 +33,8 @@ pub struct ServerSettings {
     pub node_monitor_grace_period: std::time::Duration,
     /// `--terminated-pod-gc-threshold`.
     pub terminated_pod_gc_threshold: usize,
+    /// `--cluster-cidr`: the pods' address range.
+    pub cluster_cidr: crate::controllers::node_ipam::ClusterCidr,
     /// HA cluster flags (all unset: a single server).
     pub cluster: ClusterFlags,
 }

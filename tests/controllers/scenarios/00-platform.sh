@@ -8,3 +8,6 @@ expect_grep "$T platform: kube-scheduler Lease held as <server>_<uuid>" \
     '^[a-z0-9-]+_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' "$holder"
 expect_grep "$T platform: three Ready nodes" '^3$' \
     "$(jq_of nodes -- '[.items[] | select(.status.conditions[] | select(.type=="Ready" and .status=="True"))] | length')"
+# Pod CIDRs from --cluster-cidr (10.42.0.0/16): a distinct /24 for each node.
+wait_until "$T platform: each node gets its own /24 pod CIDR" 10 equals "3 3" \
+    bash -c "$KUBECTL_BIN --kubeconfig $KC get nodes -o json | jq -r '[.items[].spec.podCIDR | select(. != null) | select(test(\"^10\\\\.42\\\\.[0-9]+\\\\.0/24$\"))] | \"\(length) \(unique | length)\"'"
