@@ -16,13 +16,15 @@
 //!   [`root_ca`] (`kube-root-ca.crt` in every namespace), [`event_ttl`] (Events expire),
 //!   [`node_lifecycle`] (silent nodes, taints from conditions), [`node_ipam`] (pod CIDRs), [`taint_eviction`] (pods
 //!   leave NoExecute-tainted nodes), [`pod_gc`] (terminated and orphaned pods),
-//!   [`endpoints`] (EndpointSlices and Endpoints of Services); [`taints`]:
+//!   [`endpoints`] (EndpointSlices and Endpoints of Services), [`disruption`]
+//!   (PodDisruptionBudget status); [`taints`]:
 //!   taints and tolerations.
 //!
 //! Every write goes through the in-process client (`crate::client`), so controllers' writes
 //! get the API's defaults, validation and managedFields, and fail on a deposed leader.
 
 pub mod bootstrap;
+pub mod disruption;
 pub mod endpoints;
 pub mod event_ttl;
 pub mod events;

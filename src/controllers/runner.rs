@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::bootstrap::{self, ApiServers};
+use super::disruption::Disruption;
 use super::endpoints::Endpoints;
 use super::event_ttl::EventTtl;
 use super::informer::{Informers, InformersBuilder};
@@ -117,6 +118,7 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<PodGc>(builder),
         launch::<Endpoints>(builder),
         launch::<NodeIpam>(builder),
+        launch::<Disruption>(builder),
     ]
 }
 
