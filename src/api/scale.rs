@@ -10,7 +10,6 @@ use serde_json::{json, Value};
 use super::patch::{patch_kind, PatchKind};
 use super::request::ApiRequest;
 use super::status::{ApiError, Cause};
-use super::table::selector_string;
 use super::update::{is_conflict, replace, MAX_ATTEMPTS};
 use super::{body, create::Written, response, ApiBody};
 use crate::kube::patch::{self as patches, PatchError};
@@ -45,7 +44,7 @@ pub fn scale_of(info: &ResourceInfo, object: &Value) -> Value {
         pairs.sort();
         pairs.join(",")
     } else {
-        selector_string(selector).unwrap_or_default()
+        crate::kube::selectors::label_selector_string(selector).unwrap_or_default()
     };
     let mut status = json!({"replicas": object.pointer("/status/replicas").and_then(Value::as_i64).unwrap_or(0)});
     if !selector.is_empty() {
