@@ -7,7 +7,7 @@ use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
 use super::create::Written;
-use super::list::Filter;
+use super::read::Filter;
 use super::request::ApiRequest;
 use super::status::{self, ApiError, Cause, Gr};
 use super::update::{self, MAX_ATTEMPTS};

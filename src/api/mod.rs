@@ -41,6 +41,7 @@ pub mod output;
 pub mod ownership;
 pub mod patch;
 pub mod protobuf;
+pub mod read;
 pub mod request;
 pub mod response;
 pub mod router;
