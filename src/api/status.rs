@@ -209,8 +209,9 @@ impl ApiError {
                 ApiError::conflict_modified(info, &key.name)
             }
             WriteError::Rejected(ApplyError::Invalid { reason, .. }) => ApiError::Internal(reason),
-            // `api::create` answers this one itself (it tells a missing namespace from one being
-            // deleted); any other writer that sets the requirement gets the namespace's 404.
+            // The create path (`api::write`) answers this one itself (it tells a missing
+            // namespace from one being deleted); any other writer that sets the requirement
+            // gets the namespace's 404.
             WriteError::Rejected(ApplyError::NamespaceNotOpen(key)) => {
                 match crate::kube::resources::find("", "v1", "namespaces") {
                     Some(namespaces) => ApiError::not_found(namespaces, &key.namespace),
