@@ -10,6 +10,7 @@
 use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
 
+use super::status::ApiError;
 use super::{response, ApiBody, ApiContext};
 use crate::kube::resources::{ResourceInfo, RESOURCES};
 
@@ -172,19 +173,17 @@ pub fn respond(ctx: &ApiContext, path: &str, accept: &str) -> Option<Response<Ap
             _ => return None,
         };
     let Some(format) = negotiate(accept, aggregated_ok) else {
-        return Some(status(
-            StatusCode::NOT_ACCEPTABLE,
-            "NotAcceptable",
-            "only the following media types are accepted: application/json, \
-             application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
-        ));
+        return Some(
+            ApiError::NotAcceptable(
+                "only the following media types are accepted: application/json, \
+                 application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+                    .into(),
+            )
+            .into_response(),
+        );
     };
     let Some(body) = builder(format) else {
-        return Some(status(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            "the server could not find the requested resource",
-        ));
+        return Some(ApiError::NoDocument.into_response());
     };
     let content_type = match format {
         Format::Plain => "application/json".to_string(),
@@ -199,14 +198,6 @@ pub fn respond(ctx: &ApiContext, path: &str, accept: &str) -> Option<Response<Ap
     resp.headers_mut()
         .insert(header::VARY, HeaderValue::from_static("Accept"));
     Some(resp)
-}
-
-fn status(code: StatusCode, reason: &str, message: &str) -> Response<ApiBody> {
-    response::json_value(
-        code,
-        &json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
-                "message":message,"reason":reason,"details":{},"code":code.as_u16()}),
-    )
 }
 
 /// `host:port` clients should use, as published in APIVersions.

@@ -2,7 +2,7 @@
 
 use http::{Response, StatusCode};
 
-use super::list::{rv_request, wait_for_rv, RvRequest};
+use super::read::{rv_request, wait_for_rv, RvRequest};
 use super::request::ApiRequest;
 use super::status::ApiError;
 use super::{output, ApiBody};

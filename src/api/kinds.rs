@@ -52,7 +52,7 @@ fn create_resets_status(info: &ResourceInfo) -> bool {
 
 /// Whether [`prepare`] reads the store for a new object of this kind (Services allocate
 /// cluster IPs and node ports against the ones in use). Such creates pass the read barrier
-/// first (`api::create::post`); keep this in step with every store read in `prepare`.
+/// first (`barrier::decide`); keep this in step with every store read in `prepare`.
 pub fn create_reads_store(info: &ResourceInfo) -> bool {
     is(info, "services")
 }

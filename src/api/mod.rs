@@ -5,19 +5,26 @@
 //! [`router::serve`] with the request and the authenticated [`User`]. Everything below that
 //! point is plain request → response.
 //!
-//! - `router`: path → handler, plus the anonymous health endpoints (`health`).
+//! - `router`: path → handler, plus the anonymous health endpoints (`health`); `barrier`:
+//!   when a request passes the read barrier, decided once per request.
 //! - `request`: path, query and Accept parsing; `body`: size/depth-limited decoding.
-//! - `get`, `list` (+ `continue_token`), `watch`, `create`, `update`, `patch`, `delete`
-//!   (+ `namespace` for namespace deletion): one file per verb.
+//! - The verbs, one file each: `get`, `list` (+ `continue_token`), `watch`, `create`,
+//!   `update`, `patch` (+ `patch_format`), `delete`; `subresource/` for `scale` and namespace
+//!   `finalize`. They depend on the shared modules below, never on each other.
+//! - `read`: what reads of a selection share (selectors, resourceVersion rules).
+//! - `write/`: the write step every writing verb ends in (decode → admission → metadata →
+//!   defaults and validation → ownership → Mutation → Writer), with the retry of a write that
+//!   lost a race, and deletion.
 //! - `meta`, `validation`, `kinds` (+ `defaults/`, `lease`, `service` with `cluster_ip` and
-//!   `node_port`, `spec_validation`): what every write decides before it becomes a
-//!   Mutation; `scale` serves the `scale` subresource.
+//!   `node_port`, `spec_validation`), `namespace_lifecycle`: what a write decides before it
+//!   becomes a Mutation.
 //! - `options`: write options (dryRun, fieldManager, fieldValidation, force) and `Warning`s;
 //!   `ownership`: server-side apply and managedFields (algorithm in `kube::patch::apply`).
 //! - `output`: objects and lists in the requested form; `status`: every error as a `Status`.
 //! - `discovery`, `openapi`, `table`: what kubectl reads besides objects.
 //! - `response`: small response builders.
 
+pub mod barrier;
 pub mod body;
 pub mod cluster_ip;
 pub mod context;
@@ -33,25 +40,28 @@ pub mod kinds;
 pub mod lease;
 pub mod list;
 pub mod meta;
-pub mod namespace;
+pub mod namespace_lifecycle;
 pub mod node_port;
 pub mod openapi;
 pub mod options;
 pub mod output;
 pub mod ownership;
 pub mod patch;
+pub mod patch_format;
 pub mod protobuf;
+pub mod read;
 pub mod request;
 pub mod response;
 pub mod router;
-pub mod scale;
 pub mod service;
 pub mod spec_validation;
 pub mod status;
+pub mod subresource;
 pub mod table;
 pub mod update;
 pub mod validation;
 pub mod watch;
+pub mod write;
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;

@@ -84,13 +84,13 @@ pub fn applied(req: &ApiRequest, live: Option<&Value>, config: &Value) -> Result
                 .map(|c| (format!("conflict with {}", c.manager), c.field))
                 .collect(),
         },
-        ApplyError::Invalid(message) => ApiError::invalid(
+        ApplyError::Invalid(e) => ApiError::invalid(
             info,
             req.name(),
             vec![Cause {
                 reason: "FieldValueInvalid",
                 field: "patch".into(),
-                message,
+                message: e.to_string(),
             }],
         ),
     })

@@ -3,17 +3,17 @@
 //! health checks. Both are generic over the request body so tests can drive them with
 //! in-memory bodies.
 
-use crate::kube::writer::BarrierError;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{header, Method, Request, Response};
 
+use super::barrier::{self, Barrier};
 use super::request::{self, ApiRequest, Query};
 use super::status::ApiError;
 use super::{
-    body, create, delete, discovery, get, health, list, namespace, openapi, patch, scale, update,
-    watch, ApiBody, ApiContext, User,
+    body, create, delete, discovery, get, health, list, openapi, patch, subresource, update, watch,
+    ApiBody, ApiContext, User,
 };
 
 fn header_str<B>(req: &Request<B>, name: header::HeaderName) -> String {
@@ -96,33 +96,12 @@ where
     super::options::add_warnings(&api, result)
 }
 
-/// Passes the read barrier (docs/guarantees.md, Reads): afterwards the local store holds every
-/// write acknowledged before the request arrived.
-pub async fn linearize(req: &ApiRequest) -> Result<(), ApiError> {
-    req.ctx.reads.linearize().await.map_err(|e| match e {
-        BarrierError::Timeout(reason) => ApiError::Timeout(reason),
-        BarrierError::Unavailable(reason) => ApiError::ServiceUnavailable(reason),
-    })
-}
-
 async fn dispatch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
+    if barrier::decide(req) == Barrier::Now {
+        barrier::pass(req).await?;
+    }
     let t = &req.target;
     let in_namespace = !t.info.namespaced || t.namespace.is_some();
-    // A read of the latest state, and every write (its handler reads the current object
-    // first), starts from a store that holds every write acknowledged before it, so a deposed
-    // leader never answers from stale state (docs/guarantees.md, Reads). A create has no
-    // current object: `create::post` decides when it needs the barrier.
-    let latest_read = req.method == Method::GET
-        && req
-            .query
-            .resource_version
-            .as_deref()
-            .unwrap_or("")
-            .is_empty();
-    let is_create = req.method == Method::POST && t.name.is_none() && t.subresource.is_none();
-    if (latest_read || req.method != Method::GET) && !(is_create && in_namespace) {
-        linearize(req).await?;
-    }
     match (t.name.is_some(), t.subresource.as_deref(), &req.method) {
         (false, None, &Method::GET) if req.query.watch => watch::watch(req).await,
         (false, None, &Method::GET) => list::list(req).await,
@@ -133,9 +112,7 @@ async fn dispatch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
         (true, None | Some("status"), &Method::PUT) => update::put(req).await,
         (true, None | Some("status"), &Method::PATCH) => patch::patch(req).await,
         (true, None, &Method::DELETE) => delete::delete(req).await,
-        (true, Some("finalize"), &Method::PUT) => namespace::finalize(req).await,
-        (true, Some("scale"), &Method::GET) => scale::get(req).await,
-        (true, Some("scale"), &Method::PUT | &Method::PATCH) => scale::write(req).await,
+        (true, Some(_), _) => subresource::serve(req).await,
         _ => Err(ApiError::MethodNotAllowed),
     }
 }
@@ -148,3 +125,6 @@ pub async fn serve_anonymous<B>(
 ) -> Option<Response<ApiBody>> {
     health::respond(&ctx, req.uri().path(), verbose(req))
 }
+
+#[cfg(test)]
+mod tests;

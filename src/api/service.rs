@@ -1,5 +1,5 @@
-//! What a Service write decides before it becomes a Mutation: the core/v1 `SetDefaults_Service`
-//! defaults, the ClusterIP (`cluster_ip`) and the NodePorts (`node_port`), and the rules that
+//! What a Service write decides before it becomes a Mutation (after its defaults,
+//! `defaults::service`): the ClusterIP (`cluster_ip`) and the NodePorts (`node_port`), and the rules that
 //! keep them: the ClusterIP may not change once set, a NodePort the client did not repeat on
 //! update stays (matched by port name), ports are dropped when the type no longer needs them.
 
@@ -9,7 +9,8 @@ use std::net::IpAddr;
 use serde_json::{json, Value};
 
 use super::cluster_ip::{AllocError, Reservation};
-use super::defaults::{child, default, each};
+use super::defaults::service::needs_node_ports;
+use super::defaults::{child, each};
 use super::node_port::{PortError, PortReservation};
 use super::status::{ApiError, Cause};
 use super::ApiContext;
@@ -22,45 +23,6 @@ use crate::kube::resources::ResourceInfo;
 pub struct Reservations<'a> {
     _cluster_ip: Option<Reservation<'a>>,
     _node_ports: Vec<PortReservation<'a>>,
-}
-
-fn needs_node_ports(svc_type: &str) -> bool {
-    matches!(svc_type, "NodePort" | "LoadBalancer")
-}
-
-/// `SetDefaults_Service` (and `SetDefaults_ServicePort`).
-pub fn defaults(object: &mut Value) {
-    let spec = child(object, "spec");
-    default(spec, "type", json!("ClusterIP"));
-    default(spec, "sessionAffinity", json!("None"));
-    let svc_type = spec["type"].as_str().unwrap_or("ClusterIP").to_string();
-    if spec["sessionAffinity"] == "ClientIP" {
-        let config = child(child(spec, "sessionAffinityConfig"), "clientIP");
-        default(config, "timeoutSeconds", json!(10800));
-    }
-    each(spec, "ports", |p| {
-        default(p, "protocol", json!("TCP"));
-        let unset = match p.get("targetPort") {
-            None | Some(Value::Null) => true,
-            Some(Value::Number(n)) => n.as_i64() == Some(0),
-            Some(Value::String(s)) => s.is_empty(),
-            _ => false,
-        };
-        if unset {
-            if let Some(port) = p.get("port").cloned() {
-                p["targetPort"] = port;
-            }
-        }
-    });
-    if needs_node_ports(&svc_type) {
-        default(spec, "externalTrafficPolicy", json!("Cluster"));
-    }
-    if svc_type != "ExternalName" {
-        default(spec, "internalTrafficPolicy", json!("Cluster"));
-    }
-    if svc_type == "LoadBalancer" {
-        default(spec, "allocateLoadBalancerNodePorts", json!(true));
-    }
 }
 
 /// Prepares a defaulted Service: keeps (update) or allocates (create) its ClusterIP and

@@ -86,6 +86,13 @@ pub enum ApiError {
     /// A path that names no resource or handler.
     #[error("the server could not find the requested resource")]
     NoRoute,
+    /// A discovery or OpenAPI path of a group or version this server does not serve; answered
+    /// with empty details, as kube-apiserver's discovery and OpenAPI handlers do.
+    #[error("the server could not find the requested resource")]
+    NoDocument,
+    /// A request over plain HTTP for anything but the health endpoints and `/version`.
+    #[error("plain HTTP serves only /readyz, /livez, /healthz and /version; use HTTPS")]
+    HttpsRequired,
     #[error("{} \"{name}\" already exists", .gr.qualified())]
     AlreadyExists { gr: Gr, name: String },
     #[error("Operation cannot be fulfilled on {} \"{name}\": {detail}", .gr.qualified())]
@@ -122,6 +129,9 @@ pub enum ApiError {
         "the body of the request was in an unknown format - accepted media types include: {0}"
     )]
     UnsupportedMediaType(String),
+    /// Nothing in the Accept header can be served (discovery).
+    #[error("{0}")]
+    NotAcceptable(String),
     #[error("Request entity too large: limit is {0}")]
     TooLarge(usize),
     #[error("{0}")]
@@ -199,8 +209,9 @@ impl ApiError {
                 ApiError::conflict_modified(info, &key.name)
             }
             WriteError::Rejected(ApplyError::Invalid { reason, .. }) => ApiError::Internal(reason),
-            // `api::create` answers this one itself (it tells a missing namespace from one being
-            // deleted); any other writer that sets the requirement gets the namespace's 404.
+            // The create path (`api::write`) answers this one itself (it tells a missing
+            // namespace from one being deleted); any other writer that sets the requirement
+            // gets the namespace's 404.
             WriteError::Rejected(ApplyError::NamespaceNotOpen(key)) => {
                 match crate::kube::resources::find("", "v1", "namespaces") {
                     Some(namespaces) => ApiError::not_found(namespaces, &key.namespace),
@@ -218,7 +229,10 @@ impl ApiError {
 
     pub fn code(&self) -> StatusCode {
         match self {
-            ApiError::NotFound { .. } | ApiError::NoRoute => StatusCode::NOT_FOUND,
+            ApiError::NotFound { .. }
+            | ApiError::NoRoute
+            | ApiError::NoDocument
+            | ApiError::HttpsRequired => StatusCode::NOT_FOUND,
             ApiError::AlreadyExists { .. }
             | ApiError::Conflict { .. }
             | ApiError::ApplyConflict { .. } => StatusCode::CONFLICT,
@@ -228,6 +242,7 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Expired(_) => StatusCode::GONE,
@@ -242,13 +257,17 @@ impl ApiError {
 
     pub fn reason(&self) -> &'static str {
         match self {
-            ApiError::NotFound { .. } | ApiError::NoRoute => "NotFound",
+            ApiError::NotFound { .. }
+            | ApiError::NoRoute
+            | ApiError::NoDocument
+            | ApiError::HttpsRequired => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
             ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
             ApiError::Invalid { .. } | ApiError::Unprocessable(_) => "Invalid",
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::Forbidden(_) => "Forbidden",
             ApiError::MethodNotAllowed => "MethodNotAllowed",
+            ApiError::NotAcceptable(_) => "NotAcceptable",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
             ApiError::TooLarge(_) => "RequestEntityTooLarge",
             ApiError::Expired(_) => "Expired",
@@ -298,7 +317,9 @@ impl ApiError {
                     .map(|(message, field)| json!({"reason": "FieldManagerConflict", "message": message, "field": field}))
                     .collect::<Vec<_>>()
             })),
-            ApiError::Unprocessable(_) => Some(json!({})),
+            ApiError::Unprocessable(_) | ApiError::NoDocument | ApiError::NotAcceptable(_) => {
+                Some(json!({}))
+            }
             ApiError::ResourceVersionTooLarge { .. } => Some(json!({
                 "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
                 "retryAfterSeconds": 1
@@ -412,5 +433,49 @@ mod tests {
             two.to_string(),
             "Lease.coordination.k8s.io \"l\" is invalid: [a: Required value, b: Required value]"
         );
+    }
+
+    /// The bytes of the errors the transport, discovery and OpenAPI answer, as clients see them.
+    #[test]
+    fn transport_and_discovery_bytes() {
+        let bytes = |e: ApiError| {
+            let resp = e.into_response();
+            let code = resp.status().as_u16();
+            let body =
+                futures::executor::block_on(http_body_util::BodyExt::collect(resp.into_body()))
+                    .unwrap()
+                    .to_bytes();
+            (code, String::from_utf8(body.to_vec()).unwrap())
+        };
+        let cases = [
+            (
+                ApiError::Unauthorized,
+                401,
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#,
+            ),
+            (
+                ApiError::HttpsRequired,
+                404,
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"plain HTTP serves only /readyz, /livez, /healthz and /version; use HTTPS","reason":"NotFound","code":404}"#,
+            ),
+            (
+                ApiError::NoDocument,
+                404,
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}"#,
+            ),
+            (
+                ApiError::NoRoute,
+                404,
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}"#,
+            ),
+            (
+                ApiError::NotAcceptable("only json".into()),
+                406,
+                r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"only json","reason":"NotAcceptable","details":{},"code":406}"#,
+            ),
+        ];
+        for (error, code, body) in cases {
+            assert_eq!(bytes(error), (code, body.to_string()));
+        }
     }
 }

@@ -20,7 +20,7 @@ use format::At;
 
 use crate::kube::resources::ResourceInfo;
 
-pub use format::{human_duration, selector_string};
+pub use format::human_duration;
 pub use stream::render_stored;
 
 /// Whether each row carries its object (`includeObject=Object`), only metadata (the default,

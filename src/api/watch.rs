@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, StreamBody};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc};
 
-use super::list::{wait_for_rv, Filter};
+use super::read::{wait_for_rv, Filter};
 use super::request::{ApiRequest, Form};
 use super::status::{ApiError, Cause};
 use super::table::{self, IncludeObject};

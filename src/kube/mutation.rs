@@ -24,7 +24,7 @@ pub enum Mutation {
         object: serde_json::Value,
         /// Fails with `NamespaceNotOpen` unless the key's namespace exists and is not being
         /// deleted when this applies: a create checked against the state it commits into,
-        /// not against the proposer's copy of the store (see `api::create`). Absent (false)
+        /// not against the proposer's copy of the store (see `api::barrier`). Absent (false)
         /// in entries written before it existed, which replay as they applied then.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         requires_open_namespace: bool,

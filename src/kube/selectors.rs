@@ -4,6 +4,8 @@
 //! `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`. Field selectors follow `fields.Parse`:
 //! `f=v`, `f==v`, `f!=v`, with `\` escaping `,`, `=` and `\` in values.
 
+use serde_json::Value;
+
 use super::labels::Labels;
 use super::object::StoredObject;
 
@@ -261,6 +263,53 @@ impl FieldSelector {
     }
 }
 
+/// A `metav1.LabelSelector` object as `metav1.LabelSelectorAsSelector(s).String()` prints it:
+/// requirements sorted by key, `k=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`; "" for a
+/// missing or empty selector, `None` for an invalid one. (Tables print it; a Scale carries it
+/// as `status.selector`.)
+pub fn label_selector_string(selector: Option<&Value>) -> Option<String> {
+    let Some(selector) = selector.filter(|s| !s.is_null()) else {
+        return Some(String::new());
+    };
+    fn array<'v>(v: &'v Value, key: &str) -> &'v [Value] {
+        v.get(key)
+            .and_then(Value::as_array)
+            .map_or(&[], Vec::as_slice)
+    }
+    let mut requirements: Vec<(String, String)> = Vec::new();
+    if let Some(map) = selector.get("matchLabels").and_then(Value::as_object) {
+        for (k, v) in map {
+            requirements.push((k.clone(), format!("{k}={}", v.as_str()?)));
+        }
+    }
+    for expr in array(selector, "matchExpressions") {
+        let text = |key: &str| expr.get(key).and_then(Value::as_str).unwrap_or("");
+        let key = text("key").to_string();
+        let mut values: Vec<&str> = array(expr, "values")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        values.sort_unstable();
+        values.dedup();
+        let shown = match text("operator") {
+            "In" if !values.is_empty() => format!("{key} in ({})", values.join(",")),
+            "NotIn" if !values.is_empty() => format!("{key} notin ({})", values.join(",")),
+            "Exists" if values.is_empty() => key.clone(),
+            "DoesNotExist" if values.is_empty() => format!("!{key}"),
+            _ => return None,
+        };
+        requirements.push((key, shown));
+    }
+    requirements.sort_by(|a, b| a.0.cmp(&b.0));
+    Some(
+        requirements
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect::<Vec<_>>()
+            .join(","),
+    )
+}
+
 /// Splits on `sep` not preceded by a backslash, keeping escapes for `unescape`.
 fn split_escaped(input: &str, sep: char) -> Vec<String> {
     let mut parts = Vec::new();
@@ -324,6 +373,30 @@ fn unescape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn label_selector_objects_print_as_upstream() {
+        use serde_json::json;
+        let s = json!({"matchLabels": {"b": "2", "a": "1"}, "matchExpressions": [
+            {"key": "t", "operator": "In", "values": ["y", "x", "y"]},
+            {"key": "gone", "operator": "DoesNotExist"},
+            {"key": "u", "operator": "NotIn", "values": ["z"]}]});
+        assert_eq!(
+            label_selector_string(Some(&s)).as_deref(),
+            Some("a=1,b=2,!gone,t in (x,y),u notin (z)")
+        );
+        assert_eq!(label_selector_string(None).as_deref(), Some(""));
+        assert_eq!(
+            label_selector_string(Some(&json!(null))).as_deref(),
+            Some("")
+        );
+        let bad = json!({"matchExpressions": [{"key": "k", "operator": "In"}]});
+        assert_eq!(label_selector_string(Some(&bad)), None);
+        assert_eq!(
+            label_selector_string(Some(&json!({"matchLabels": {"a": 1}}))),
+            None
+        );
+    }
     use crate::kube::object::ObjectKey;
     use bytes::Bytes;
 

@@ -1,16 +1,17 @@
 //! Per-request policy of the transport: authenticate, then hand the request to the API
 //! router, or answer the few things the transport decides itself (401 for unauthenticated
-//! HTTPS requests outside the health endpoints, 404 for plain HTTP outside them).
+//! HTTPS requests outside the health endpoints, 404 for plain HTTP outside them), as
+//! `ApiError`s that `api::status` turns into a `Status`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use hyper::body::Incoming;
-use serde_json::json;
 
 use super::authn::{Authenticator, Connection};
-use crate::api::{response, router, ApiBody, ApiContext};
+use crate::api::status::ApiError;
+use crate::api::{router, ApiBody, ApiContext};
 use crate::cluster::endpoints::ClusterEndpoints;
 use crate::cluster::forward::{self, Routed};
 use crate::cluster::node::Leadership;
@@ -61,29 +62,10 @@ impl Dispatch {
             return Ok(router::serve(self.ctx.clone(), req, user).await);
         }
         Ok(if conn.tls {
-            status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized")
+            ApiError::Unauthorized
         } else {
-            status(
-                StatusCode::NOT_FOUND,
-                "NotFound",
-                "plain HTTP serves only /readyz, /livez, /healthz and /version; use HTTPS",
-            )
-        })
+            ApiError::HttpsRequired
+        }
+        .into_response())
     }
-}
-
-/// A Kubernetes `Status` failure response.
-pub fn status(code: StatusCode, reason: &str, message: &str) -> Response<ApiBody> {
-    response::json_value(
-        code,
-        &json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "reason": reason,
-            "code": code.as_u16(),
-        }),
-    )
 }

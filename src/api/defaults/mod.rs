@@ -5,14 +5,14 @@
 //! - `pod`: pod specs (pods and every pod template) and pod-only fields (status, QoS class).
 //! - `apps`: deployments, replicasets, daemonsets, statefulsets, replicationcontrollers.
 //! - `batch`: jobs (including the generated selector) and cronjobs.
+//! - `service`: Services (their ClusterIP and NodePorts are allocated by `api::service`).
 //! - `other`: autoscaling, storage, scheduling, networking and RBAC kinds.
-//!
-//! Service defaults live next to their ClusterIP and NodePort allocation in `api::service`.
 
 mod apps;
 mod batch;
 mod other;
 pub mod pod;
+pub mod service;
 
 use serde_json::{json, Map, Value};
 
@@ -22,7 +22,7 @@ use crate::kube::resources::ResourceInfo;
 pub fn apply(info: &ResourceInfo, object: &mut Value) {
     match (info.group, info.kind) {
         ("", "Pod") => pod::pod(object),
-        ("", "Service") => crate::api::service::defaults(object),
+        ("", "Service") => service::defaults(object),
         ("", "ReplicationController") => apps::replication_controller(object),
         ("", "PersistentVolume") => other::persistent_volume(object),
         ("", "PersistentVolumeClaim") => other::persistent_volume_claim(object),

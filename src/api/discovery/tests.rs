@@ -234,3 +234,22 @@ fn not_discovery_paths() {
     assert!(respond(&ctx(), "/apis/apps/v1/deployments", "").is_none());
     assert!(respond(&ctx(), "/version", "").is_none());
 }
+
+#[test]
+fn refusals_are_statuses() {
+    let body = |path: &str, accept: &str| {
+        let resp = respond(&ctx(), path, accept).expect("discovery path");
+        let bytes = futures::executor::block_on(resp.into_body().collect())
+            .unwrap()
+            .to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    };
+    assert_eq!(
+        body("/apis/coordination.k8s.io", V2),
+        r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"only the following media types are accepted: application/json, application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList","reason":"NotAcceptable","details":{},"code":406}"#
+    );
+    assert_eq!(
+        body("/apis/nope.example.com", ""),
+        r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}"#
+    );
+}

@@ -19,6 +19,28 @@ pub const OMIT_ZERO: u64 = 2;
 /// Field flag: an embedded Go struct whose fields are inlined into the parent JSON object.
 pub const INLINE: u64 = 4;
 
+/// Why a descriptor table cannot be parsed (logged at start; the server then answers every
+/// protobuf body 415).
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    #[error("not JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The document or one of its messages lacks the expected structure.
+    #[error("{0}")]
+    Shape(&'static str),
+    /// A field entry is not `[tag, "jsonName", "type", flags]` with a 32-bit tag.
+    #[error("bad field {field} in {message}")]
+    BadField { message: String, field: String },
+    /// A type names no scalar, special type or message of the table.
+    #[error("unknown type {0}")]
+    UnknownType(String),
+    #[error("unknown message {0}")]
+    UnknownMessage(String),
+    /// A kind maps to a message the table does not have.
+    #[error("kind {kind} names unknown message {message}")]
+    UnknownKindMessage { kind: String, message: String },
+}
+
 /// What a field (or a map key/value) holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -110,12 +132,12 @@ impl Table {
     /// `{"kinds": {"v1/ConfigMap": "api.core.v1.ConfigMap"}, "messages": {"api.core.v1.ConfigMap":
     /// [[tag, "jsonName", "type", flags], ...]}}` where type is a scalar or special name,
     /// `@<message>`, or `map:<key>:<value>`.
-    pub fn parse(text: &str) -> Result<Table, String> {
-        let doc: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> Result<Table, TableError> {
+        let doc: Value = serde_json::from_str(text)?;
         let messages = doc
             .get("messages")
             .and_then(Value::as_object)
-            .ok_or("no messages")?;
+            .ok_or(TableError::Shape("no messages"))?;
         let index: HashMap<&str, u32> = messages
             .keys()
             .enumerate()
@@ -124,20 +146,32 @@ impl Table {
         let mut table = Table::default();
         for (name, fields) in messages {
             let mut out = Vec::new();
-            for field in fields.as_array().ok_or("fields not an array")? {
-                let parts = field.as_array().ok_or("field not an array")?;
+            for field in fields
+                .as_array()
+                .ok_or(TableError::Shape("fields not an array"))?
+            {
+                let parts = field
+                    .as_array()
+                    .ok_or(TableError::Shape("field not an array"))?;
                 let (Some(tag), Some(json), Some(ty), Some(flags)) = (
-                    parts.first().and_then(Value::as_u64),
+                    parts
+                        .first()
+                        .and_then(Value::as_u64)
+                        .and_then(|t| u32::try_from(t).ok()),
                     parts.get(1).and_then(Value::as_str),
                     parts.get(2).and_then(Value::as_str),
                     parts.get(3).and_then(Value::as_u64),
                 ) else {
-                    return Err(format!("bad field {field} in {name}"));
+                    return Err(TableError::BadField {
+                        message: name.clone(),
+                        field: field.to_string(),
+                    });
                 };
-                let tag = u32::try_from(tag).map_err(|_| format!("bad tag in {name}"))?;
                 let (kind, map_value) = match ty.strip_prefix("map:") {
                     Some(rest) => {
-                        let (key, value) = rest.split_once(':').ok_or("bad map type")?;
+                        let (key, value) = rest
+                            .split_once(':')
+                            .ok_or_else(|| TableError::UnknownType(ty.to_string()))?;
                         (kind_of(key, &index)?, Some(kind_of(value, &index)?))
                     }
                     None => (kind_of(ty, &index)?, None),
@@ -161,7 +195,10 @@ impl Table {
                 let message = message.as_str().unwrap_or_default();
                 let i = index
                     .get(message)
-                    .ok_or_else(|| format!("kind {key} names unknown message {message}"))?;
+                    .ok_or_else(|| TableError::UnknownKindMessage {
+                        kind: key.clone(),
+                        message: message.to_string(),
+                    })?;
                 table.kinds.insert(key.clone(), *i);
             }
         }
@@ -169,7 +206,7 @@ impl Table {
     }
 }
 
-fn kind_of(ty: &str, index: &HashMap<&str, u32>) -> Result<Kind, String> {
+fn kind_of(ty: &str, index: &HashMap<&str, u32>) -> Result<Kind, TableError> {
     Ok(match ty {
         "string" => Kind::String,
         "bool" => Kind::Bool,
@@ -191,9 +228,9 @@ fn kind_of(ty: &str, index: &HashMap<&str, u32>) -> Result<Kind, String> {
             Some(name) => Kind::Message(
                 *index
                     .get(name)
-                    .ok_or_else(|| format!("unknown message {name}"))?,
+                    .ok_or_else(|| TableError::UnknownMessage(name.to_string()))?,
             ),
-            None => return Err(format!("unknown type {other}")),
+            None => return Err(TableError::UnknownType(other.to_string())),
         },
     })
 }
@@ -234,9 +271,29 @@ mod tests {
 
     #[test]
     fn rejects_dangling_references() {
-        assert!(Table::parse(r#"{"messages":{"a":[[1,"x","@b",0]]}}"#).is_err());
-        assert!(Table::parse(r#"{"messages":{"a":[[1,"x","nope",0]]}}"#).is_err());
-        assert!(Table::parse(r#"{"messages":{"a":[]},"kinds":{"v1/A":"b"}}"#).is_err());
+        let error = |text: &str| Table::parse(text).unwrap_err();
+        assert!(matches!(
+            error(r#"{"messages":{"a":[[1,"x","@b",0]]}}"#),
+            TableError::UnknownMessage(m) if m == "b"
+        ));
+        assert!(matches!(
+            error(r#"{"messages":{"a":[[1,"x","nope",0]]}}"#),
+            TableError::UnknownType(t) if t == "nope"
+        ));
+        assert!(matches!(
+            error(r#"{"messages":{"a":[[1,"x","map:string",0]]}}"#),
+            TableError::UnknownType(t) if t == "map:string"
+        ));
+        assert!(matches!(
+            error(r#"{"messages":{"a":[]},"kinds":{"v1/A":"b"}}"#),
+            TableError::UnknownKindMessage { kind, message } if kind == "v1/A" && message == "b"
+        ));
+        assert!(matches!(
+            error(r#"{"messages":{"a":[[4294967296,"x","int32",0]]}}"#),
+            TableError::BadField { message, .. } if message == "a"
+        ));
+        assert!(matches!(error("{}"), TableError::Shape("no messages")));
+        assert!(matches!(error("{"), TableError::Json(_)));
         let t = Table::parse(r#"{"messages":{"a":[[2,"y","map:string:@a",0],[1,"x","int32",1]]},"kinds":{"v1/A":"a"}}"#).unwrap();
         assert_eq!(t.messages[0].fields[0].tag, 1);
         assert_eq!(

@@ -4,6 +4,8 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use crate::kube::selectors::label_selector_string;
+
 /// apimachinery's `duration.HumanDuration`: coarser as the duration grows ("45s", "2m30s",
 /// "3h10m", "5d2h", "2y10d"). Up to one second in the future counts as "0s".
 pub fn human_duration(d: chrono::Duration) -> String {
@@ -190,50 +192,10 @@ pub fn containers_and_images(obj: &Value, pointer: &str) -> (String, String) {
     (names.join(","), images.join(","))
 }
 
-/// `metav1.LabelSelectorAsSelector(s).String()`: requirements sorted by key, `k=v`,
-/// `k in (a,b)`, `k notin (a,b)`, `k`, `!k`; "" for a missing or empty selector, `None` for an
-/// invalid one.
-pub fn selector_string(selector: Option<&Value>) -> Option<String> {
-    let Some(selector) = selector.filter(|s| !s.is_null()) else {
-        return Some(String::new());
-    };
-    let mut requirements: Vec<(String, String)> = Vec::new();
-    if let Some(map) = selector.get("matchLabels").and_then(Value::as_object) {
-        for (k, v) in map {
-            requirements.push((k.clone(), format!("{k}={}", v.as_str()?)));
-        }
-    }
-    for expr in array(selector, "/matchExpressions") {
-        let key = text(expr, "/key").to_string();
-        let mut values: Vec<&str> = array(expr, "/values")
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
-        values.sort_unstable();
-        values.dedup();
-        let shown = match text(expr, "/operator") {
-            "In" if !values.is_empty() => format!("{key} in ({})", values.join(",")),
-            "NotIn" if !values.is_empty() => format!("{key} notin ({})", values.join(",")),
-            "Exists" if values.is_empty() => key.clone(),
-            "DoesNotExist" if values.is_empty() => format!("!{key}"),
-            _ => return None,
-        };
-        requirements.push((key, shown));
-    }
-    requirements.sort_by(|a, b| a.0.cmp(&b.0));
-    Some(
-        requirements
-            .into_iter()
-            .map(|(_, r)| r)
-            .collect::<Vec<_>>()
-            .join(","),
-    )
-}
-
-/// `metav1.FormatLabelSelector`: like [`selector_string`], `<none>` when empty and `<error>`
-/// when invalid.
+/// `metav1.FormatLabelSelector`: like [`label_selector_string`], `<none>` when empty and
+/// `<error>` when invalid.
 pub fn label_selector(selector: Option<&Value>) -> String {
-    match selector_string(selector) {
+    match label_selector_string(selector) {
         None => "<error>".into(),
         Some(s) if s.is_empty() => "<none>".into(),
         Some(s) => s,

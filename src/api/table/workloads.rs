@@ -6,10 +6,11 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use super::format::{
-    age, array, containers_and_images, int, label_selector, labels, name, selector_string, since,
-    text, timestamp, At,
+    age, array, containers_and_images, int, label_selector, labels, name, since, text, timestamp,
+    At,
 };
 use super::{col, typed, wide, Column, Printer, AGE, NAME};
+use crate::kube::selectors::label_selector_string;
 
 pub(super) static PRINTERS: &[Printer] = &[
     Printer {
@@ -90,7 +91,7 @@ const DEPLOYMENT: &[Column] = &[
 
 fn deployment(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
     let (containers, images) = containers_and_images(obj, "/spec/template/spec/containers");
-    let selector = selector_string(obj.at("/spec/selector")).unwrap_or("<invalid>".into());
+    let selector = label_selector_string(obj.at("/spec/selector")).unwrap_or("<invalid>".into());
     vec![
         json!(name(obj)),
         json!(format!(

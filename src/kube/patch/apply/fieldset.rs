@@ -12,6 +12,19 @@ use std::fmt::Write;
 
 use serde_json::{Map, Value};
 
+/// Why a `FieldsV1` document cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldsV1Error {
+    #[error("FieldsV1 must be a JSON object")]
+    NotAnObject,
+    /// The value under this key is not a JSON object.
+    #[error("FieldsV1 entry {0:?} must be an object")]
+    EntryNotAnObject(String),
+    /// The key is no `f:`, `k:`, `v:` or `i:` path element.
+    #[error("invalid FieldsV1 path element {0:?}")]
+    BadPathElement(String),
+}
+
 /// A JSON scalar used as a list key or set element, ordered as structured-merge-diff orders
 /// values (null, booleans, numbers, strings; anything else by its JSON text).
 #[derive(Debug, Clone, PartialEq)]
@@ -104,8 +117,8 @@ impl PathElement {
         }
     }
 
-    fn decode(key: &str) -> Result<PathElement, String> {
-        let bad = || format!("invalid FieldsV1 path element {key:?}");
+    fn decode(key: &str) -> Result<PathElement, FieldsV1Error> {
+        let bad = || FieldsV1Error::BadPathElement(key.to_string());
         let (kind, rest) = key.split_once(':').ok_or_else(bad)?;
         match kind {
             "f" => Ok(PathElement::Field(rest.to_string())),
@@ -346,9 +359,9 @@ impl FieldSet {
     }
 
     /// Reads a `FieldsV1` JSON object.
-    pub fn from_fields_v1(value: &Value) -> Result<FieldSet, String> {
+    pub fn from_fields_v1(value: &Value) -> Result<FieldSet, FieldsV1Error> {
         let Value::Object(map) = value else {
-            return Err("FieldsV1 must be a JSON object".into());
+            return Err(FieldsV1Error::NotAnObject);
         };
         let mut set = FieldSet::new();
         for (key, child) in map {
@@ -357,7 +370,7 @@ impl FieldSet {
             }
             let pe = PathElement::decode(key)?;
             let Value::Object(grandchildren) = child else {
-                return Err(format!("FieldsV1 entry {key:?} must be an object"));
+                return Err(FieldsV1Error::EntryNotAnObject(key.clone()));
             };
             let node = Node {
                 // A leaf, or an inner node that also names itself.
@@ -401,8 +414,22 @@ mod tests {
             r#"{"f:metadata":{"f:finalizers":{"v:\"x\"":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"a\"}":{"f:image":{}},"k:{\"name\":\"b\"}":{".":{},"f:image":{}}},"f:replicas":{}}}"#
         );
         assert_eq!(FieldSet::from_fields_v1(&encoded).unwrap(), set);
-        assert!(FieldSet::from_fields_v1(&json!({"x:y": {}})).is_err());
-        assert!(FieldSet::from_fields_v1(&json!([])).is_err());
+        assert_eq!(
+            FieldSet::from_fields_v1(&json!({"x:y": {}})),
+            Err(FieldsV1Error::BadPathElement("x:y".into()))
+        );
+        assert_eq!(
+            FieldSet::from_fields_v1(&json!({"f:a": {"i:x": {}}})),
+            Err(FieldsV1Error::BadPathElement("i:x".into()))
+        );
+        assert_eq!(
+            FieldSet::from_fields_v1(&json!({"f:a": 1})),
+            Err(FieldsV1Error::EntryNotAnObject("f:a".into()))
+        );
+        assert_eq!(
+            FieldSet::from_fields_v1(&json!([])),
+            Err(FieldsV1Error::NotAnObject)
+        );
     }
 
     #[test]

@@ -8,7 +8,21 @@
 
 use serde_json::{json, Map, Value};
 
-use super::fieldset::FieldSet;
+use super::fieldset::{FieldSet, FieldsV1Error};
+
+/// Why an object's `metadata.managedFields` cannot be read (the object is then treated as
+/// untracked: see `read_entries` and `record_update`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManagedFieldsError {
+    #[error("metadata.managedFields must be a list")]
+    NotAList,
+    #[error("unknown managedFields operation {0:?}")]
+    UnknownOperation(String),
+    #[error("managedFields entries must have fieldsType FieldsV1")]
+    NotFieldsV1,
+    #[error(transparent)]
+    Fields(#[from] FieldsV1Error),
+}
 
 /// Whether an entry records server-side apply or any other write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -76,7 +90,7 @@ impl Entry {
         Value::Object(map)
     }
 
-    fn decode(value: &Value) -> Result<Entry, String> {
+    fn decode(value: &Value) -> Result<Entry, ManagedFieldsError> {
         let text = |key: &str| {
             value
                 .get(key)
@@ -87,10 +101,10 @@ impl Entry {
         let operation = match text("operation").as_str() {
             "Apply" => Operation::Apply,
             "Update" => Operation::Update,
-            other => return Err(format!("unknown managedFields operation {other:?}")),
+            other => return Err(ManagedFieldsError::UnknownOperation(other.to_string())),
         };
         if text("fieldsType") != "FieldsV1" {
-            return Err("managedFields entries must have fieldsType FieldsV1".into());
+            return Err(ManagedFieldsError::NotFieldsV1);
         }
         let fields = match value.get("fieldsV1") {
             Some(v) => FieldSet::from_fields_v1(v)?,
@@ -121,7 +135,7 @@ pub enum Recorded {
 }
 
 /// Reads `metadata.managedFields` of `object`.
-pub fn read(object: &Value) -> Result<Recorded, String> {
+pub fn read(object: &Value) -> Result<Recorded, ManagedFieldsError> {
     match object.pointer("/metadata/managedFields") {
         None | Some(Value::Null) => Ok(Recorded::Absent),
         Some(Value::Array(items)) if items.is_empty() => Ok(Recorded::Reset),
@@ -135,7 +149,7 @@ pub fn read(object: &Value) -> Result<Recorded, String> {
             .map(Entry::decode)
             .collect::<Result<Vec<_>, _>>()
             .map(Recorded::Entries),
-        Some(_) => Err("metadata.managedFields must be a list".into()),
+        Some(_) => Err(ManagedFieldsError::NotAList),
     }
 }
 
@@ -263,7 +277,23 @@ mod tests {
             Ok(Recorded::Reset)
         );
         assert_eq!(read(&json!({"metadata": {}})), Ok(Recorded::Absent));
-        assert!(read(&json!({"metadata": {"managedFields": [{"operation": "X"}]}})).is_err());
+        let entry = |e: serde_json::Value| read(&json!({"metadata": {"managedFields": [e]}}));
+        assert_eq!(
+            entry(json!({"operation": "X"})),
+            Err(ManagedFieldsError::UnknownOperation("X".into()))
+        );
+        assert_eq!(
+            entry(json!({"operation": "Apply", "fieldsType": "FieldsV2"})),
+            Err(ManagedFieldsError::NotFieldsV1)
+        );
+        assert_eq!(
+            entry(json!({"operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": []})),
+            Err(ManagedFieldsError::Fields(FieldsV1Error::NotAnObject))
+        );
+        assert_eq!(
+            read(&json!({"metadata": {"managedFields": {}}})),
+            Err(ManagedFieldsError::NotAList)
+        );
     }
 
     #[test]

@@ -14,8 +14,17 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
-use super::fieldset::{Atom, FieldSet, PathElement};
+use super::fieldset::{path_string, Atom, FieldSet, PathElement};
 use crate::kube::patch::strategic::schema::{key_default, KindSchema, ListType};
+
+/// Why a value cannot be typed against its kind's schema (an apply answers it with 422).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TypeError {
+    /// An item of the associative list at `path` lacks `key`, one of the list's key fields,
+    /// and the key has no default.
+    #[error("{}: associative list with keys has an element that omits key field {key:?}", path_string(.path))]
+    MissingKey { path: Vec<PathElement>, key: String },
+}
 
 /// Changes between two versions of an object.
 #[derive(Debug, Default)]
@@ -56,7 +65,7 @@ impl Typed<'_> {
         list_type: ListType,
         item: &Value,
         fp: &[PathElement],
-    ) -> Result<PathElement, String> {
+    ) -> Result<PathElement, TypeError> {
         match list_type {
             ListType::Map(keys) => {
                 let mut fields = Vec::with_capacity(keys.len());
@@ -66,10 +75,10 @@ impl Typed<'_> {
                         _ => match key_default(key) {
                             Some(d) => Value::String(d.into()),
                             None => {
-                                return Err(format!(
-                                    "{}: associative list with keys has an element that omits key field {key:?}",
-                                    super::fieldset::path_string(fp)
-                                ))
+                                return Err(TypeError::MissingKey {
+                                    path: fp.to_vec(),
+                                    key: key.to_string(),
+                                })
                             }
                         },
                     };
@@ -88,7 +97,7 @@ impl Typed<'_> {
         list_type: ListType,
         items: &'v [Value],
         fp: &[PathElement],
-    ) -> Result<Vec<(PathElement, &'v Value)>, String> {
+    ) -> Result<Vec<(PathElement, &'v Value)>, TypeError> {
         items
             .iter()
             .map(|item| Ok((self.item_element(list_type, item, fp)?, item)))
@@ -96,7 +105,7 @@ impl Typed<'_> {
     }
 
     /// The fields `value` sets, below the path `fp` (schema path `sp`).
-    pub fn field_set(&self, value: &Value) -> Result<FieldSet, String> {
+    pub fn field_set(&self, value: &Value) -> Result<FieldSet, TypeError> {
         let mut out = FieldSet::new();
         self.collect(value, &mut Vec::new(), &mut Vec::new(), &mut out)?;
         Ok(out)
@@ -108,7 +117,7 @@ impl Typed<'_> {
         sp: &mut Vec<String>,
         fp: &mut Vec<PathElement>,
         out: &mut FieldSet,
-    ) -> Result<(), String> {
+    ) -> Result<(), TypeError> {
         match (self.shape(value, sp), value) {
             (Shape::Object, Value::Object(map)) => {
                 for (key, child) in map {
@@ -144,7 +153,7 @@ impl Typed<'_> {
     }
 
     /// `config` merged into `live`.
-    pub fn merge(&self, live: &Value, config: &Value) -> Result<Value, String> {
+    pub fn merge(&self, live: &Value, config: &Value) -> Result<Value, TypeError> {
         self.merge_at(live, config, &mut Vec::new(), &mut Vec::new())
     }
 
@@ -154,7 +163,7 @@ impl Typed<'_> {
         config: &Value,
         sp: &mut Vec<String>,
         fp: &mut Vec<PathElement>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, TypeError> {
         match (self.shape(config, sp), live, config) {
             (Shape::Object, Value::Object(live_map), Value::Object(config_map)) => {
                 // Live fields keep their places; those the configuration names are merged
@@ -204,7 +213,7 @@ impl Typed<'_> {
         config: &[Value],
         sp: &mut Vec<String>,
         fp: &mut Vec<PathElement>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, TypeError> {
         let live_items = self.index_items(list_type, live, fp)?;
         let config_items = self.index_items(list_type, config, fp)?;
         let in_config: BTreeMap<&PathElement, &Value> =
@@ -219,7 +228,7 @@ impl Typed<'_> {
                                             cursor: &mut usize,
                                             fp: &mut Vec<PathElement>,
                                             sp: &mut Vec<String>|
-         -> Result<(), String> {
+         -> Result<(), TypeError> {
             while *cursor < config_items.len() {
                 let (pe, item) = &config_items[*cursor];
                 *cursor += 1;
@@ -253,7 +262,7 @@ impl Typed<'_> {
     }
 
     /// What changed from `old` to `new`.
-    pub fn compare(&self, old: &Value, new: &Value) -> Result<Comparison, String> {
+    pub fn compare(&self, old: &Value, new: &Value) -> Result<Comparison, TypeError> {
         let mut cmp = Comparison::default();
         self.compare_at(
             Some(old),
@@ -272,7 +281,7 @@ impl Typed<'_> {
         sp: &mut Vec<String>,
         fp: &mut Vec<PathElement>,
         cmp: &mut Comparison,
-    ) -> Result<(), String> {
+    ) -> Result<(), TypeError> {
         let shape_of = |v: Option<&Value>| v.map(|v| self.shape(v, sp));
         match (shape_of(old), shape_of(new), old, new) {
             (
@@ -356,7 +365,7 @@ impl Typed<'_> {
     }
 
     /// Takes the field or item at `path` out of `value`; nothing happens when it is absent.
-    pub fn remove(&self, value: &mut Value, path: &[PathElement]) -> Result<(), String> {
+    pub fn remove(&self, value: &mut Value, path: &[PathElement]) -> Result<(), TypeError> {
         self.remove_at(value, path, &mut Vec::new(), &mut Vec::new())
     }
 
@@ -366,7 +375,7 @@ impl Typed<'_> {
         path: &[PathElement],
         sp: &mut Vec<String>,
         fp: &mut Vec<PathElement>,
-    ) -> Result<(), String> {
+    ) -> Result<(), TypeError> {
         let Some((first, rest)) = path.split_first() else {
             return Ok(());
         };
@@ -485,7 +494,14 @@ mod tests {
             })
         );
         let bad = json!({"spec": {"template": {"spec": {"containers": [{"image": "x"}]}}}});
-        assert!(typed().field_set(&bad).is_err());
+        let e = typed().field_set(&bad).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            ".spec.template.spec.containers: associative list with keys has an element that omits key field \"name\""
+        );
+        assert!(
+            matches!(&e, TypeError::MissingKey { path, key } if path.len() == 4 && key == "name")
+        );
     }
 
     #[test]

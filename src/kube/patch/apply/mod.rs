@@ -34,8 +34,9 @@ mod merge;
 
 use serde_json::Value;
 
-pub use self::fieldset::{path_string, FieldSet, PathElement};
+pub use self::fieldset::{path_string, FieldSet, FieldsV1Error, PathElement};
 pub use self::managed::{manager_or_user_agent, read_entries, Entry, Operation};
+pub use self::merge::TypeError;
 use self::merge::Typed;
 use super::strategic::schema::{self, KindSchema};
 use crate::kube::resources::ResourceInfo;
@@ -56,8 +57,8 @@ pub enum ApplyError {
     #[error("{}", conflict_message(.0))]
     Conflicts(Vec<Conflict>),
     /// The configuration cannot be typed (e.g. a list item lacks its key): 422.
-    #[error("{0}")]
-    Invalid(String),
+    #[error(transparent)]
+    Invalid(#[from] TypeError),
 }
 
 /// kube-apiserver's message for apply conflicts.
@@ -194,10 +195,8 @@ pub fn apply(
     let empty = Value::Object(Default::default());
     let live_value = live.unwrap_or(&empty);
     let mut entries = live.map(read_entries).unwrap_or_default();
-    let applied = ctx.ownable(typed.field_set(config).map_err(ApplyError::Invalid)?);
-    let mut merged = typed
-        .merge(live_value, config)
-        .map_err(ApplyError::Invalid)?;
+    let applied = ctx.ownable(typed.field_set(config)?);
+    let mut merged = typed.merge(live_value, config)?;
     let mut me = Entry {
         manager: manager.to_string(),
         operation: Operation::Apply,
@@ -224,9 +223,7 @@ pub fn apply(
                 if owned.has(&path) || owned.has_below(&path) {
                     continue;
                 }
-                typed
-                    .remove(&mut merged, &path)
-                    .map_err(ApplyError::Invalid)?;
+                typed.remove(&mut merged, &path)?;
                 drop_emptied_parents(&typed, &mut merged, &path, &owned)?;
             }
         }
@@ -234,9 +231,7 @@ pub fn apply(
     me.fields = applied;
 
     let zero = zero_object();
-    let cmp = typed
-        .compare(live.unwrap_or(&zero), &merged)
-        .map_err(ApplyError::Invalid)?;
+    let cmp = typed.compare(live.unwrap_or(&zero), &merged)?;
     let mut changed = cmp.added;
     changed.union_in(&cmp.modified);
     let changed = ctx.ownable(changed);
@@ -314,7 +309,7 @@ fn drop_emptied_parents(
         if !emptied || owned.has(&parent) {
             return Ok(());
         }
-        typed.remove(value, &parent).map_err(ApplyError::Invalid)?;
+        typed.remove(value, &parent)?;
     }
     Ok(())
 }

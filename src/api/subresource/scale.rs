@@ -1,18 +1,18 @@
 //! The `scale` subresource (deployments, replicasets, statefulsets, replicationcontrollers):
 //! an autoscaling/v1 `Scale` view of the object — `spec.replicas`, `status.replicas` and the
 //! selector as a string — read with GET and written with PUT or PATCH (`kubectl scale` sends a
-//! merge patch). A write changes only the object's `spec.replicas`, through the same update path
-//! as PUT on the object.
+//! merge patch). A write changes only the object's `spec.replicas`, through the write step as
+//! a PUT of the object would.
 
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::patch::{patch_kind, PatchKind};
-use super::request::ApiRequest;
-use super::status::{ApiError, Cause};
-use super::table::selector_string;
-use super::update::{is_conflict, replace, MAX_ATTEMPTS};
-use super::{body, create::Written, response, ApiBody};
+use crate::api::patch_format::{self, PatchKind};
+use crate::api::request::ApiRequest;
+use crate::api::status::{ApiError, Cause};
+use crate::api::write::{self, OnConflict, Outcome, Plan, Written};
+use crate::api::{response, ApiBody};
+use crate::kube::object::ObjectRef;
 use crate::kube::patch::{self as patches, PatchError};
 use crate::kube::resources::ResourceInfo;
 
@@ -45,7 +45,7 @@ pub fn scale_of(info: &ResourceInfo, object: &Value) -> Value {
         pairs.sort();
         pairs.join(",")
     } else {
-        selector_string(selector).unwrap_or_default()
+        crate::kube::selectors::label_selector_string(selector).unwrap_or_default()
     };
     let mut status = json!({"replicas": object.pointer("/status/replicas").and_then(Value::as_i64).unwrap_or(0)});
     if !selector.is_empty() {
@@ -111,69 +111,75 @@ fn wanted_replicas(name: &str, scale: &Value) -> Result<i64, ApiError> {
 pub async fn write(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
     let info = req.info();
     let name = req.name().to_string();
-    let is_patch = req.method == http::Method::PATCH;
-    let (patch_type, input) = if is_patch {
-        let kind = patch_kind(&req.content_type)?;
-        let encoding = if kind == PatchKind::Apply {
-            body::Encoding::Yaml
-        } else {
-            body::Encoding::Json
-        };
-        (Some(kind), body::decode(&req.body, encoding)?)
+    let (patch_type, input) = if req.method == http::Method::PATCH {
+        let kind = patch_format::patch_kind(&req.content_type)?;
+        (Some(kind), patch_format::decode(kind, &req.body)?)
     } else {
-        (
-            None,
-            body::decode_object(&req.body, body::encoding(&req.content_type)?)?,
-        )
+        (None, write::decode(req)?)
     };
-    for _ in 0..MAX_ATTEMPTS {
-        let current = req
-            .ctx
-            .store
-            .get(&req.target.key(&name))
-            .ok_or_else(|| ApiError::not_found(info, &name))?;
-        let object = current.value();
-        let scale = match patch_type {
-            None => input.clone(),
-            Some(kind) => {
-                let current_scale = scale_of(info, &object);
-                let patched = match kind {
-                    PatchKind::Json => patches::apply_json_patch(&current_scale, &input),
-                    // Scale has no merge keys: strategic and apply patches merge like JSON.
-                    _ => patches::apply_merge_patch(&current_scale, &input),
-                };
-                patched.map_err(|e| match e {
-                    PatchError::Malformed(m)
-                    | PatchError::NotApplicable(m)
-                    | PatchError::Unsupported(m) => ApiError::BadRequest(m),
-                })?
-            }
-        };
-        // A resourceVersion in the Scale is a precondition on the object.
-        let pinned =
-            match scale
-                .pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)
-            {
-                None | Some("") => None,
-                Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
-                    ApiError::BadRequest(format!("invalid resource version: {rv:?}"))
-                })?),
+    let outcome = write::read_modify_write(req, &name, req.query.dry_run, |current| {
+        let current = current.ok_or_else(|| ApiError::not_found(info, &name))?;
+        plan(info, &name, patch_type, &input, current)
+    })
+    .await?;
+    let object = match outcome {
+        Outcome::Created(Written::Stored(o)) | Outcome::Updated(Written::Stored(o)) => o.value(),
+        Outcome::Created(Written::DryRun(v)) | Outcome::Updated(Written::DryRun(v)) => v,
+        Outcome::Removed(o) => o.value(),
+    };
+    Ok(respond(info, StatusCode::OK, &object))
+}
+
+/// One attempt: the object with the replicas the Scale asks for (`input`, or `input` patched
+/// over the current Scale).
+fn plan(
+    info: &ResourceInfo,
+    name: &str,
+    patch_type: Option<PatchKind>,
+    input: &Value,
+    current: &ObjectRef,
+) -> Result<Plan, ApiError> {
+    let object = current.value();
+    let scale = match patch_type {
+        None => input.clone(),
+        Some(kind) => {
+            let current_scale = scale_of(info, &object);
+            let patched = match kind {
+                PatchKind::Json => patches::apply_json_patch(&current_scale, input),
+                // Scale has no merge keys: strategic and apply patches merge like JSON.
+                _ => patches::apply_merge_patch(&current_scale, input),
             };
-        if pinned.is_some_and(|rv| rv != current.resource_version) {
-            return Err(ApiError::conflict_modified(info, &name));
+            patched.map_err(|e| match e {
+                PatchError::Malformed(m)
+                | PatchError::NotApplicable(m)
+                | PatchError::Unsupported(m) => ApiError::BadRequest(m),
+            })?
         }
-        let replicas = wanted_replicas(&name, &scale)?;
-        let mut wanted = object.clone();
-        wanted["spec"]["replicas"] = json!(replicas);
-        match replace(req, &current, wanted, false).await {
-            Err(e) if is_conflict(&e) && pinned.is_none() => continue,
-            Err(e) => return Err(e),
-            Ok(Written::Stored(stored)) => {
-                return Ok(respond(info, StatusCode::OK, &stored.value()))
-            }
-            Ok(Written::DryRun(v)) => return Ok(respond(info, StatusCode::OK, &v)),
-        }
+    };
+    // A resourceVersion in the Scale is a precondition on the object.
+    let pinned = match scale
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+    {
+        None | Some("") => None,
+        Some(rv) => Some(
+            rv.parse::<u64>()
+                .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv:?}")))?,
+        ),
+    };
+    if pinned.is_some_and(|rv| rv != current.resource_version) {
+        return Err(ApiError::conflict_modified(info, name));
     }
-    Err(ApiError::conflict_modified(info, &name))
+    let replicas = wanted_replicas(name, &scale)?;
+    let mut wanted = object.clone();
+    wanted["spec"]["replicas"] = json!(replicas);
+    Ok(Plan::Replace {
+        old: object,
+        wanted,
+        on_conflict: if pinned.is_none() {
+            OnConflict::Retry
+        } else {
+            OnConflict::Fail
+        },
+    })
 }

@@ -1,17 +1,16 @@
-//! Namespace deletion: DELETE marks the namespace Terminating (deletionTimestamp and
-//! status.phase), then a spawned purge task deletes everything in it, waits for finalizers of
-//! its contents to clear, and finally removes the namespace itself. Also PUT `…/finalize`.
+//! The lifecycle of namespaces: creates are refused in a namespace that is missing or
+//! terminating; DELETE marks a namespace Terminating (deletionTimestamp and status.phase, never
+//! for `default`, `kube-system` and `kube-public`), then a spawned purge task deletes everything
+//! in it, waits for the finalizers of its contents to clear, and finally removes the namespace.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::create::Written;
 use super::request::ApiRequest;
 use super::status::{ApiError, Gr};
-use super::{body, meta, update, ApiBody, ApiContext};
+use super::{meta, ApiContext};
 use crate::kube::mutation::{Mutation, Precondition};
 use crate::kube::object::{ObjectKey, ObjectRef};
 use crate::kube::resources::{self, ResourceInfo};
@@ -27,12 +26,28 @@ const PURGE_POLL: Duration = Duration::from_secs(2);
 /// them (`kube-node-lease` is not one: deleted, the leader's bootstrap recreates it).
 const IMMORTAL: [&str; 3] = ["default", "kube-system", "kube-public"];
 
-/// Starts deleting a namespace.
-pub async fn begin_delete(
-    req: &ApiRequest,
-    current: &ObjectRef,
-    dry_run: bool,
-) -> Result<Written, ApiError> {
+/// Fails unless `namespace` exists and is not terminating (a create of `name` in it is
+/// refused otherwise, as kube-apiserver's NamespaceLifecycle admission refuses it).
+pub fn check_open(req: &ApiRequest, namespace: &str, name: &str) -> Result<(), ApiError> {
+    let ns_info = crate::kube::resources::find("", "v1", "namespaces")
+        .ok_or_else(|| ApiError::Internal("namespaces are not registered".into()))?;
+    let ns = req
+        .ctx
+        .store
+        .get(&ObjectKey::new("namespaces", "", namespace))
+        .ok_or_else(|| ApiError::not_found(ns_info, namespace))?;
+    if ns.is_deleting() {
+        return Err(ApiError::Forbidden(format!(
+            "{} \"{name}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+            req.info().qualified_plural()
+        )));
+    }
+    Ok(())
+}
+
+/// The deletion mark of namespace `current`: Terminating, with a deletionTimestamp. Refused
+/// for the namespaces that may not be deleted and for one already terminating.
+pub fn deletion_mark(info: &ResourceInfo, current: &ObjectRef) -> Result<Value, ApiError> {
     let name = &current.key.name;
     if IMMORTAL.contains(&name.as_str()) {
         return Err(ApiError::Forbidden(format!(
@@ -42,7 +57,7 @@ pub async fn begin_delete(
     let mut value = current.value();
     if meta::is_deleting(&value) {
         return Err(ApiError::Conflict {
-            gr: Gr::of(req.info()),
+            gr: Gr::of(info),
             name: current.key.name.clone(),
             detail: "The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system.".into(),
         });
@@ -51,16 +66,14 @@ pub async fn begin_delete(
     md.insert("deletionTimestamp".into(), json!(meta::now_rfc3339()));
     md.insert("deletionGracePeriodSeconds".into(), json!(0));
     meta::set_path(&mut value, &["status", "phase"], json!("Terminating"));
-    if dry_run {
-        return Ok(Written::DryRun(value));
-    }
-    let stored = update::write_over(req, current, value)
-        .await
-        .map_err(|e| ApiError::from_write(req.info(), e))?;
-    let ctx = req.ctx.clone();
-    let (name, uid) = (stored.key.name.clone(), stored.uid.clone());
+    Ok(value)
+}
+
+/// Starts the purge of namespace `marked`, which its deletion mark has just been stored in.
+pub fn start_purge(ctx: &Arc<ApiContext>, marked: &ObjectRef) {
+    let ctx = ctx.clone();
+    let (name, uid) = (marked.key.name.clone(), marked.uid.clone());
     tokio::spawn(async move { purge(ctx, name, uid).await });
-    Ok(Written::Stored(stored))
 }
 
 /// Deletes the contents of namespace `name` (uid `uid`), then the namespace.
@@ -153,25 +166,4 @@ async fn finish(ctx: &ApiContext, key: &ObjectKey, uid: &str) {
             tracing::warn!(namespace = %key.name, error = %e, "namespace purge: final delete failed");
         }
     }
-}
-
-/// PUT `/api/v1/namespaces/NAME/finalize`: replaces `spec.finalizers`.
-pub async fn finalize(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
-    let name = req.name().to_string();
-    let wanted = body::decode_object(&req.body, body::encoding(&req.content_type)?)?;
-    let current = req
-        .ctx
-        .store
-        .get(&req.target.key(&name))
-        .ok_or_else(|| ApiError::not_found(req.info(), &name))?;
-    let mut value = current.value();
-    let finalizers = wanted
-        .pointer("/spec/finalizers")
-        .cloned()
-        .unwrap_or_else(|| json!([]));
-    meta::set_path(&mut value, &["spec", "finalizers"], finalizers);
-    let stored = update::write_over(req, &current, value)
-        .await
-        .map_err(|e| ApiError::from_write(req.info(), e))?;
-    Written::Stored(stored).respond(req, StatusCode::OK)
 }
