@@ -53,7 +53,7 @@ fn role_name(state: ServerState) -> &'static str {
 pub async fn readiness_loop(
     node: Arc<ClusterNode>,
     ctx: Arc<ApiContext>,
-    bootstrapped_check: fn(&Store) -> bool,
+    bootstrapped_check: Arc<dyn Fn(&Store) -> bool + Send + Sync>,
     reporter: Arc<ReadinessReporter>,
     shutdown: CancellationToken,
 ) {

@@ -131,11 +131,12 @@ impl Backend {
     }
 
     /// Starts what keeps `/readyz`, sd_notify and the watchdog current until `shutdown`. Both
-    /// modes are ready only once the store holds the bootstrap objects (`bootstrapped`).
+    /// modes are ready only once `bootstrapped` says the store holds what a client expects
+    /// of a running server (the bootstrap objects; a single server also its own Lease).
     pub fn watch_health(
         &self,
         ctx: Arc<ApiContext>,
-        bootstrapped: fn(&Store) -> bool,
+        bootstrapped: Arc<dyn Fn(&Store) -> bool + Send + Sync>,
         readiness: Arc<ReadinessReporter>,
         heartbeat: Heartbeat,
         shutdown: CancellationToken,
@@ -192,7 +193,7 @@ pub async fn beat_while_running(heartbeat: Heartbeat, stop: CancellationToken) {
 /// A single server is ready once the runner has created the bootstrap objects.
 async fn single_ready_when_bootstrapped(
     ctx: Arc<ApiContext>,
-    bootstrapped: fn(&Store) -> bool,
+    bootstrapped: Arc<dyn Fn(&Store) -> bool + Send + Sync>,
     readiness: Arc<ReadinessReporter>,
     shutdown: CancellationToken,
 ) {

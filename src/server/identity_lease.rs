@@ -85,10 +85,10 @@ pub async fn renew(client: &Client, server_name: &str, hostname: &str) -> Result
 
 /// Pause before retrying a renewal that failed (the `kube-system` namespace not created yet
 /// at a first start, no leader yet on a member).
-const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
 
 /// Creates the Lease at once, then renews it every `RENEW_INTERVAL` until `shutdown`. A failed
-/// renewal is retried after a second; a run of failures is logged once, with the first error.
+/// renewal is retried after 200 ms; a run of failures is logged once, with the first error.
 pub async fn renew_loop(
     client: Client,
     server_name: String,

@@ -32,6 +32,7 @@ use crate::cluster::start as cluster_start;
 use crate::controllers::bootstrap::{self, ApiServers};
 use crate::controllers::runner::{self, RunnerInputs};
 use crate::controllers::ControllerSettings;
+use crate::kube::object::ObjectKey;
 use crate::kube::store::{Store, StoreConfig};
 use crate::kube::wal::{WalConfig, WalWriter};
 
@@ -212,9 +213,21 @@ pub async fn run_until(
         shutdown.clone(),
     ));
     startup_beat.cancel();
+    // Ready once the bootstrap objects exist; a single server, which writes them itself, also
+    // once its own Lease exists (clients that list leases after /readyz find it). A member's
+    // Lease goes through the leader and may lag its readiness.
+    let own_lease = ObjectKey::new(
+        "coordination.k8s.io/leases",
+        "kube-system",
+        identity_lease::lease_name(&settings.name),
+    );
+    let single = matches!(backend, Backend::Single(_));
+    let bootstrapped: Arc<dyn Fn(&Store) -> bool + Send + Sync> = Arc::new(move |store| {
+        bootstrap::present(store) && (!single || store.get(&own_lease).is_some())
+    });
     backend.watch_health(
         ctx.clone(),
-        bootstrap::present,
+        bootstrapped,
         readiness.clone(),
         heartbeat,
         shutdown.clone(),
