@@ -84,11 +84,26 @@ pub fn prepare<'a>(
         if let Some(labels) = object["metadata"]["labels"].as_object_mut() {
             labels.insert("kubernetes.io/metadata.name".into(), json!(name));
         }
+        // On create the `kubernetes` finalizer is required (upstream PrepareForCreate): it is
+        // what keeps a deleted namespace until the namespace controller has emptied it. Later
+        // only the `finalize` subresource changes the list.
         let finalizers = match old {
-            Some(old) => old.pointer("/spec/finalizers").cloned(),
-            None => object.pointer("/spec/finalizers").cloned(),
-        }
-        .unwrap_or_else(|| json!(["kubernetes"]));
+            Some(old) => old
+                .pointer("/spec/finalizers")
+                .cloned()
+                .unwrap_or_else(|| json!([])),
+            None => {
+                let mut list: Vec<Value> = object
+                    .pointer("/spec/finalizers")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                if !list.iter().any(|f| f == "kubernetes") {
+                    list.push(json!("kubernetes"));
+                }
+                Value::Array(list)
+            }
+        };
         object_mut(object, "spec").insert("finalizers".into(), finalizers);
         if old.is_none() {
             object["status"] = json!({"phase": "Active"});

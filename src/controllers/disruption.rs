@@ -303,9 +303,11 @@ impl Disruption {
                         })?;
                     (owner.uid.clone(), replicas_of(&rc.value()))
                 }
-                (api_version, kind) => return Err(format!(
+                (api_version, kind) => {
+                    return Err(format!(
                     "the pod's controller {kind} ({api_version}) has no scale this budget can use"
-                )),
+                ))
+                }
             };
             seen.insert(key, replicas);
         }

@@ -17,7 +17,7 @@
 //!   [`node_lifecycle`] (silent nodes, taints from conditions), [`node_ipam`] (pod CIDRs), [`taint_eviction`] (pods
 //!   leave NoExecute-tainted nodes), [`pod_gc`] (terminated and orphaned pods),
 //!   [`endpoints`] (EndpointSlices and Endpoints of Services), [`disruption`]
-//!   (PodDisruptionBudget status); [`taints`]:
+//!   (PodDisruptionBudget status), [`namespace`] (deleted namespaces emptied); [`taints`]:
 //!   taints and tolerations.
 //!
 //! Every write goes through the in-process client (`crate::client`), so controllers' writes
@@ -30,6 +30,7 @@ pub mod event_ttl;
 pub mod events;
 pub mod informer;
 pub mod leader_lease;
+pub mod namespace;
 pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod objects;

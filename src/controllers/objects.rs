@@ -152,6 +152,19 @@ pub fn name(object: &Value) -> &str {
         .unwrap_or("")
 }
 
+/// `metadata.finalizers`.
+pub fn finalizers_of(object: &Value) -> Vec<String> {
+    object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|f| {
+            f.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Whether `metadata.deletionTimestamp` is set.
 pub fn is_deleting(object: &Value) -> bool {
     object

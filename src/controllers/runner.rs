@@ -24,6 +24,7 @@ use super::disruption::Disruption;
 use super::endpoints::Endpoints;
 use super::event_ttl::EventTtl;
 use super::informer::{Informers, InformersBuilder};
+use super::namespace::Namespaces;
 use super::node_ipam::NodeIpam;
 use super::node_lifecycle::NodeLifecycle;
 use super::pod_gc::PodGc;
@@ -119,6 +120,7 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<Endpoints>(builder),
         launch::<NodeIpam>(builder),
         launch::<Disruption>(builder),
+        launch::<Namespaces>(builder),
     ]
 }
 

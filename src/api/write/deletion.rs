@@ -1,7 +1,8 @@
 //! Deletion of one object, for DELETE and deletecollection: DeleteOptions (body and query),
-//! preconditions, and the plan: a namespace is marked Terminating and purged
-//! (`namespace_lifecycle`), an object with finalizers or a pod still running on its node gets a
-//! deletionTimestamp, anything else is removed.
+//! preconditions, and the plan: a namespace is marked Terminating (the namespace controller
+//! empties it, then finalizes it: `namespace_lifecycle`); an object with finalizers, a pod still
+//! running on its node, or a foreground or orphan deletion (the garbage collector's
+//! finalizers, `Propagation`) gets a deletionTimestamp; anything else is removed.
 
 use serde_json::{json, Value};
 
@@ -18,6 +19,48 @@ pub struct DeleteOptions {
     pub resource_version: Option<String>,
     pub grace_period_seconds: Option<i64>,
     pub dry_run: bool,
+    /// `propagationPolicy` (or the legacy `orphanDependents`); the kind's default when unset.
+    pub propagation: Option<Propagation>,
+}
+
+/// What happens to an object's dependents (objects naming it in `ownerReferences`) when it is
+/// deleted; the garbage collector carries it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    /// The object goes now; the collector deletes its dependents afterwards.
+    Background,
+    /// The object stays (finalizer `foregroundDeletion`) until the collector has deleted the
+    /// dependents that block its deletion.
+    Foreground,
+    /// The object stays (finalizer `orphan`) until the collector has removed it from its
+    /// dependents' ownerReferences; they are kept.
+    Orphan,
+}
+
+/// The finalizers the garbage collector owns.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+pub const ORPHAN_FINALIZER: &str = "orphan";
+
+impl Propagation {
+    /// The default of a kind when a delete names none: Jobs orphan their pods (batch/v1's
+    /// strategy, which is why kubectl asks for Background), every other kind deletes its
+    /// dependents in the background.
+    pub fn default_for(info: &crate::kube::resources::ResourceInfo) -> Propagation {
+        if info.group == "batch" && info.plural == "jobs" {
+            Propagation::Orphan
+        } else {
+            Propagation::Background
+        }
+    }
+
+    /// The finalizer that makes the object wait for the collector, if any.
+    pub fn finalizer(self) -> Option<&'static str> {
+        match self {
+            Propagation::Background => None,
+            Propagation::Foreground => Some(FOREGROUND_FINALIZER),
+            Propagation::Orphan => Some(ORPHAN_FINALIZER),
+        }
+    }
 }
 
 fn options_invalid(cause: Cause) -> ApiError {
@@ -49,8 +92,9 @@ impl DeleteOptions {
             .propagation_policy
             .clone()
             .or_else(|| meta::str_at(body, "/propagationPolicy").map(str::to_string));
-        if let Some(p) =
-            policy.filter(|p| !matches!(p.as_str(), "Foreground" | "Background" | "Orphan"))
+        if let Some(p) = policy
+            .as_ref()
+            .filter(|p| !matches!(p.as_str(), "Foreground" | "Background" | "Orphan"))
         {
             return Err(options_invalid(Cause {
                 reason: "FieldValueNotSupported",
@@ -90,7 +134,18 @@ impl DeleteOptions {
                 ),
             }));
         }
+        let propagation = match policy.as_deref() {
+            Some("Foreground") => Some(Propagation::Foreground),
+            Some("Background") => Some(Propagation::Background),
+            Some("Orphan") => Some(Propagation::Orphan),
+            _ => match body.get("orphanDependents").and_then(Value::as_bool) {
+                Some(true) => Some(Propagation::Orphan),
+                Some(false) => Some(Propagation::Background),
+                None => None,
+            },
+        };
         Ok(DeleteOptions {
+            propagation,
             uid: meta::str_at(body, "/preconditions/uid").map(str::to_string),
             resource_version: meta::str_at(body, "/preconditions/resourceVersion")
                 .map(str::to_string),
@@ -134,15 +189,10 @@ pub async fn delete(
     name: &str,
     opts: &DeleteOptions,
 ) -> Result<Outcome, ApiError> {
-    let namespace = namespace_lifecycle::is_namespace(req.info());
-    let outcome = super::read_modify_write(req, name, opts.dry_run, |current| {
+    super::read_modify_write(req, name, opts.dry_run, |current| {
         plan(req, name, opts, current)
     })
-    .await?;
-    if let (true, Outcome::Updated(Written::Stored(marked))) = (namespace, &outcome) {
-        namespace_lifecycle::start_purge(&req.ctx, marked);
-    }
-    Ok(outcome)
+    .await
 }
 
 /// One attempt of a deletion.
@@ -186,12 +236,30 @@ fn plan(
     } else {
         0
     };
-    let has_finalizers = !meta::finalizers(&value).is_empty();
-    if !has_finalizers && grace == 0 {
+    // Foreground and orphan deletions wait for the garbage collector behind its finalizer.
+    let propagation = opts
+        .propagation
+        .unwrap_or_else(|| Propagation::default_for(info));
+    let mut finalizers = meta::finalizers(&value);
+    let gc_finalizer = propagation
+        .finalizer()
+        .filter(|f| !finalizers.iter().any(|have| have == f));
+    if let Some(f) = gc_finalizer {
+        finalizers.push(f.to_string());
+        meta::metadata_mut(&mut value).insert("finalizers".into(), json!(finalizers));
+    }
+    if finalizers.is_empty() && grace == 0 {
         return Ok(Plan::Remove);
     }
     if meta::is_deleting(&value) {
-        return Ok(Plan::Unchanged(Written::Stored(current.clone())));
+        // Already deleting: a new request may only add the collector's finalizer.
+        return Ok(match gc_finalizer {
+            Some(_) => Plan::Mark {
+                object: value,
+                on_conflict: super::OnConflict::Retry,
+            },
+            None => Plan::Unchanged(Written::Stored(current.clone())),
+        });
     }
     let when = chrono::Utc::now() + chrono::Duration::seconds(grace);
     let md = meta::metadata_mut(&mut value);

@@ -33,12 +33,14 @@ use serde_json::Value;
 use self::admission::Operation;
 use super::request::ApiRequest;
 use super::status::ApiError;
-use super::{body, meta, output, ApiBody};
+use super::{body, meta, namespace_lifecycle, output, ApiBody};
 use crate::kube::mutation::{Mutation, Precondition};
 use crate::kube::object::ObjectRef;
 use crate::kube::writer::WriteError;
 
-pub use self::deletion::{delete, DeleteOptions};
+pub use self::deletion::{
+    delete, DeleteOptions, Propagation, FOREGROUND_FINALIZER, ORPHAN_FINALIZER,
+};
 
 /// How often a write plans again after losing a race to a concurrent write (GuaranteedUpdate).
 const MAX_ATTEMPTS: usize = 8;
@@ -244,10 +246,55 @@ async fn mark(
     if dry_run {
         return Ok(Written::DryRun(object));
     }
-    over(req, current, object)
+    let finalized = is_finalized(req.info(), &object);
+    let stored = over(req, current, object)
         .await
-        .map(Written::Stored)
-        .map_err(|e| ApiError::from_write(req.info(), e))
+        .map_err(|e| ApiError::from_write(req.info(), e))?;
+    if finalized {
+        remove_finalized(req, &stored).await?;
+    }
+    Ok(Written::Stored(stored))
+}
+
+/// Upstream `shouldDeleteDuringUpdate`: a write that leaves an object deleting with no
+/// finalizer and no grace period running (a pod in graceful deletion waits for its node's
+/// final DELETE) removes it. A namespace also waits for its `spec.finalizers` (the namespace
+/// controller's).
+fn is_finalized(info: &crate::kube::resources::ResourceInfo, object: &Value) -> bool {
+    if namespace_lifecycle::is_namespace(info) {
+        return namespace_lifecycle::finalized(object);
+    }
+    meta::is_deleting(object)
+        && meta::finalizers(object).is_empty()
+        && object
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            == 0
+}
+
+/// Removes `stored`, whose last finalizer has just gone (a watcher sees MODIFIED, then
+/// DELETED). A concurrent change in between decides what happens next.
+async fn remove_finalized(req: &ApiRequest, stored: &ObjectRef) -> Result<(), ApiError> {
+    let deleted = commit(
+        req,
+        Mutation::Delete {
+            key: stored.key.clone(),
+            precondition: Precondition {
+                resource_version: Some(stored.resource_version),
+                uid: Some(stored.uid.clone()),
+            },
+        },
+    )
+    .await;
+    match deleted {
+        Ok(_)
+        | Err(WriteError::Rejected(
+            crate::kube::mutation::ApplyError::NotFound(_)
+            | crate::kube::mutation::ApplyError::Conflict { .. },
+        )) => Ok(()),
+        Err(e) => Err(ApiError::from_write(req.info(), e)),
+    }
 }
 
 /// Carries out [`Plan::Remove`].

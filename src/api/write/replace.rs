@@ -9,10 +9,8 @@ use super::admission::{self, Operation};
 use super::Written;
 use crate::api::request::ApiRequest;
 use crate::api::status::ApiError;
-use crate::api::{kinds, meta, namespace_lifecycle, options, ownership, validation};
-use crate::kube::mutation::{ApplyError, Mutation, Precondition};
+use crate::api::{kinds, meta, options, ownership, validation};
 use crate::kube::object::ObjectRef;
-use crate::kube::writer::WriteError;
 
 /// Writes `wanted` over `current` (`old` is `current` parsed; both full objects of the
 /// request's kind). On the `status` subresource only `status` is taken from `wanted`;
@@ -77,40 +75,12 @@ pub(super) async fn replace(
         new["metadata"]["resourceVersion"] = Value::String(current.resource_version.to_string());
         return Ok(Written::DryRun(new));
     }
-    // Upstream `shouldDeleteDuringUpdate`: deleting, no finalizers left and no grace period
-    // running (a pod in graceful deletion waits for its node's final DELETE). Namespaces
-    // finish through their purge task (spec.finalizers), not here.
-    let finalized = meta::is_deleting(&new)
-        && meta::finalizers(&new).is_empty()
-        && new
-            .pointer("/metadata/deletionGracePeriodSeconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-            == 0
-        && !namespace_lifecycle::is_namespace(info);
+    let finalized = super::is_finalized(info, &new);
     let result = super::over(req, current, new).await;
     drop(reservation);
     let stored = result.map_err(|e| ApiError::from_write(info, e))?;
     if finalized {
-        // The last finalizer is gone: the object goes (MODIFIED, then DELETED).
-        let deleted = super::commit(
-            req,
-            Mutation::Delete {
-                key: stored.key.clone(),
-                precondition: Precondition {
-                    resource_version: Some(stored.resource_version),
-                    uid: Some(stored.uid.clone()),
-                },
-            },
-        )
-        .await;
-        match deleted {
-            Ok(_) | Err(WriteError::Rejected(ApplyError::NotFound(_))) => {}
-            Err(WriteError::Rejected(ApplyError::Conflict { .. })) => {
-                // Someone changed it in between; their write decides what happens next.
-            }
-            Err(e) => return Err(ApiError::from_write(info, e)),
-        }
+        super::remove_finalized(req, &stored).await?;
     }
     Ok(Written::Stored(stored))
 }
