@@ -17,7 +17,8 @@
 //!   [`node_lifecycle`] (silent nodes, taints from conditions), [`node_ipam`] (pod CIDRs), [`taint_eviction`] (pods
 //!   leave NoExecute-tainted nodes), [`pod_gc`] (terminated and orphaned pods),
 //!   [`endpoints`] (EndpointSlices and Endpoints of Services), [`disruption`]
-//!   (PodDisruptionBudget status), [`namespace`] (deleted namespaces emptied); [`taints`]:
+//!   (PodDisruptionBudget status), [`namespace`] (deleted namespaces emptied),
+//!   [`garbage_collector`] (owner references and propagation policies); [`taints`]:
 //!   taints and tolerations.
 //!
 //! Every write goes through the in-process client (`crate::client`), so controllers' writes
@@ -28,6 +29,7 @@ pub mod disruption;
 pub mod endpoints;
 pub mod event_ttl;
 pub mod events;
+pub mod garbage_collector;
 pub mod informer;
 pub mod leader_lease;
 pub mod namespace;

@@ -41,6 +41,8 @@ impl<K> Clone for WorkQueue<K> {
 
 struct Inner<K> {
     state: Mutex<State<K>>,
+    /// State a controller's `register` hands to its `new` (both get this queue).
+    context: std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
     /// Woken when a key becomes ready or the queue shuts down.
     ready: Notify,
     /// Woken when a delayed key is added earlier than the current earliest one.
@@ -83,8 +85,20 @@ impl<K: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<K> {
                 ready: Notify::new(),
                 delayed_changed: Notify::new(),
                 retry_cap,
+                context: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Attaches state built while registering handlers (which must already feed it) for the
+    /// controller's construction to take with [`WorkQueue::context`]; set once.
+    pub fn set_context<T: std::any::Any + Send + Sync>(&self, value: Arc<T>) {
+        let _ = self.inner.context.set(value);
+    }
+
+    /// The state attached with [`WorkQueue::set_context`], if it is a `T`.
+    pub fn context<T: std::any::Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.inner.context.get()?.clone().downcast::<T>().ok()
     }
 
     /// Queues `key` unless it is already waiting.

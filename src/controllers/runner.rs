@@ -23,6 +23,7 @@ use super::bootstrap::{self, ApiServers};
 use super::disruption::Disruption;
 use super::endpoints::Endpoints;
 use super::event_ttl::EventTtl;
+use super::garbage_collector::GarbageCollector;
 use super::informer::{Informers, InformersBuilder};
 use super::namespace::Namespaces;
 use super::node_ipam::NodeIpam;
@@ -121,6 +122,7 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<NodeIpam>(builder),
         launch::<Disruption>(builder),
         launch::<Namespaces>(builder),
+        launch::<GarbageCollector>(builder),
     ]
 }
 
