@@ -129,6 +129,9 @@ pub fn parse_path(path: &str) -> Result<Target, ApiError> {
         Some("finalize") if target.info.plural == "namespaces" && target.info.group.is_empty() => {
             Ok(target)
         }
+        Some("eviction") if target.info.plural == "pods" && target.info.group.is_empty() => {
+            Ok(target)
+        }
         Some(_) => Err(ApiError::NoRoute),
     }
 }

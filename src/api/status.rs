@@ -146,6 +146,13 @@ pub enum ApiError {
     Internal(String),
     #[error("{0}")]
     ServiceUnavailable(String),
+    /// 429: the request is refused for now (an eviction a disruption budget forbids); `causes`
+    /// are (reason, message) pairs.
+    #[error("{message}")]
+    TooManyRequests {
+        message: String,
+        causes: Vec<(String, String)>,
+    },
 }
 
 /// The message upstream builds for 410 on an expired continue token.
@@ -252,6 +259,7 @@ impl ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::ServiceUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -275,6 +283,7 @@ impl ApiError {
             ApiError::Unauthorized => "Unauthorized",
             ApiError::Internal(_) => "InternalError",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
+            ApiError::TooManyRequests { .. } => "TooManyRequests",
         }
     }
 
@@ -328,6 +337,12 @@ impl ApiError {
                 Some(json!({"retryAfterSeconds": 1}))
             }
             ApiError::Internal(m) => Some(json!({"causes": [{"message": m}]})),
+            ApiError::TooManyRequests { causes, .. } => Some(json!({
+                "causes": causes
+                    .iter()
+                    .map(|(reason, message)| json!({"reason": reason, "message": message}))
+                    .collect::<Vec<_>>()
+            })),
             _ => None,
         }
     }

@@ -11,45 +11,7 @@ use crate::kube::selectors::{LabelRequirement, LabelSelector};
 /// A `metav1.LabelSelector` object as a selector. `None` (absent or null) selects nothing,
 /// as for Services and PodDisruptionBudgets; an empty object selects everything.
 pub fn label_selector(selector: Option<&Value>) -> Result<Option<LabelSelector>, String> {
-    let Some(selector) = selector.filter(|s| !s.is_null()) else {
-        return Ok(None);
-    };
-    let mut requirements = Vec::new();
-    if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
-        for (k, v) in labels {
-            let v = v
-                .as_str()
-                .ok_or_else(|| format!("matchLabels[{k}] is not a string"))?;
-            requirements.push(LabelRequirement::Equals(k.clone(), v.to_string()));
-        }
-    }
-    if let Some(expressions) = selector.get("matchExpressions").and_then(Value::as_array) {
-        for e in expressions {
-            let key = e
-                .get("key")
-                .and_then(Value::as_str)
-                .ok_or("a matchExpression has no key")?
-                .to_string();
-            let values: Vec<String> = e
-                .get("values")
-                .and_then(Value::as_array)
-                .map(|vs| {
-                    vs.iter()
-                        .filter_map(|v| v.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let operator = e.get("operator").and_then(Value::as_str).unwrap_or("");
-            requirements.push(match operator {
-                "In" => LabelRequirement::In(key, values),
-                "NotIn" => LabelRequirement::NotIn(key, values),
-                "Exists" => LabelRequirement::Exists(key),
-                "DoesNotExist" => LabelRequirement::NotExists(key),
-                other => return Err(format!("{other:?} is not a valid label selector operator")),
-            });
-        }
-    }
-    Ok(Some(LabelSelector { requirements }))
+    LabelSelector::from_object(selector).map_err(|e| e.0)
 }
 
 /// A map of string labels (`spec.selector` of a Service or ReplicationController) as a

@@ -98,6 +98,15 @@ impl ResourceInfo {
                 verbs: &["get", "patch", "update"],
             });
         }
+        if self.group.is_empty() && self.plural == "pods" {
+            out.push(Subresource {
+                name: "eviction",
+                group: "policy",
+                version: "v1",
+                kind: "Eviction",
+                verbs: &["create"],
+            });
+        }
         if SCALABLE.contains(&(self.group, self.plural)) {
             out.push(Subresource {
                 name: "scale",
@@ -107,6 +116,8 @@ impl ResourceInfo {
                 verbs: &["get", "patch", "update"],
             });
         }
+        // Discovery lists them by name, as kube-apiserver does.
+        out.sort_by_key(|s| s.name);
         out
     }
 }

@@ -47,6 +47,55 @@ pub struct LabelSelector {
 }
 
 impl LabelSelector {
+    /// A `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`). `None` (absent or
+    /// null) is `Ok(None)`: callers decide whether that selects nothing or everything; an
+    /// empty object selects everything.
+    pub fn from_object(selector: Option<&Value>) -> Result<Option<LabelSelector>, SelectorError> {
+        let Some(selector) = selector.filter(|s| !s.is_null()) else {
+            return Ok(None);
+        };
+        let mut requirements = Vec::new();
+        if let Some(labels) = selector.get("matchLabels").and_then(Value::as_object) {
+            for (k, v) in labels {
+                let v = v
+                    .as_str()
+                    .ok_or_else(|| SelectorError(format!("matchLabels[{k}] is not a string")))?;
+                requirements.push(LabelRequirement::Equals(k.clone(), v.to_string()));
+            }
+        }
+        if let Some(expressions) = selector.get("matchExpressions").and_then(Value::as_array) {
+            for e in expressions {
+                let key = e
+                    .get("key")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| SelectorError("a matchExpression has no key".into()))?
+                    .to_string();
+                let values: Vec<String> = e
+                    .get("values")
+                    .and_then(Value::as_array)
+                    .map(|vs| {
+                        vs.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let operator = e.get("operator").and_then(Value::as_str).unwrap_or("");
+                requirements.push(match operator {
+                    "In" => LabelRequirement::In(key, values),
+                    "NotIn" => LabelRequirement::NotIn(key, values),
+                    "Exists" => LabelRequirement::Exists(key),
+                    "DoesNotExist" => LabelRequirement::NotExists(key),
+                    other => {
+                        return Err(SelectorError(format!(
+                            "{other:?} is not a valid label selector operator"
+                        )))
+                    }
+                });
+            }
+        }
+        Ok(Some(LabelSelector { requirements }))
+    }
+
     pub fn parse(input: &str) -> Result<LabelSelector, SelectorError> {
         let mut requirements = Vec::new();
         for part in split_top_level(input)? {

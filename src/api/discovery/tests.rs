@@ -123,8 +123,11 @@ fn aggregated_core_resources() {
     assert_eq!(pods["categories"], json!(["all"]));
     assert_eq!(
         pods["subresources"],
-        json!([{"subresource":"status","responseKind":{"group":"","version":"v1","kind":"Pod"},
-                "verbs":["get","patch","update"]}])
+        json!([
+            {"subresource":"eviction","responseKind":{"group":"policy","version":"v1","kind":"Eviction"},
+             "verbs":["create"]},
+            {"subresource":"status","responseKind":{"group":"","version":"v1","kind":"Pod"},
+             "verbs":["get","patch","update"]}])
     );
     let ns = resources
         .iter()

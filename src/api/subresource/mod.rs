@@ -1,6 +1,6 @@
 //! Subresources other than `status` (a part of the object that `get`, `update` and `patch`
-//! serve themselves): `scale` (deployments, replicasets, statefulsets, replicationcontrollers)
-//! and namespace `finalize`. A subresource that writes plans one attempt from the stored object
+//! serve themselves): `scale` (deployments, replicasets, statefulsets, replicationcontrollers),
+//! namespace `finalize` and pod `eviction`. A subresource that writes plans one attempt from the stored object
 //! and the request (`write::Plan`: replace the object with a new version, or store a change
 //! of fields the server owns, or remove it) and hands the plan to `write::read_modify_write`,
 //! which carries it through the write step and plans again when a concurrent write won.
@@ -9,6 +9,7 @@
 //! `ResourceInfo::subresources` (`kube::resources`), routed by [`serve`], and gets a file here
 //! with its handler and planner.
 
+mod eviction;
 mod finalize;
 mod scale;
 
@@ -24,6 +25,7 @@ pub async fn serve(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
         (Some("scale"), &Method::GET) => scale::get(req).await,
         (Some("scale"), &Method::PUT | &Method::PATCH) => scale::write(req).await,
         (Some("finalize"), &Method::PUT) => finalize::put(req).await,
+        (Some("eviction"), &Method::POST) => eviction::post(req).await,
         _ => Err(ApiError::MethodNotAllowed),
     }
 }

@@ -28,3 +28,16 @@ k apply -n "$NS" -f - >/dev/null <<'YAML'
 YAML
 wait_until "$T disruption: maxUnavailable over pods without a controller fails to sync" 20 equals "False SyncFailed" \
     jq_of pdb bare -n "$NS" -- '.status.conditions[] | select(.type=="DisruptionAllowed") | "\(.status) \(.reason)"'
+
+# kubectl drain evicts through pods/eviction: the first eviction uses the one allowed
+# disruption, the next is refused with kube-apiserver's 429 text until the budget allows again.
+k delete pdb bare -n "$NS" >/dev/null
+out=$(k drain n1 --pod-selector app=db --force --timeout=20s --ignore-daemonsets --delete-emptydir-data)
+expect_grep "$T eviction: drain of n1 evicts db-1" 'pod/db-1 evicted' "$out"
+wait_until "$T eviction: the budget counts the evicted pod" 20 equals "2/2/2/0" status
+out=$(k drain n2 --pod-selector app=db --force --timeout=4s --ignore-daemonsets --delete-emptydir-data)
+expect_grep "$T eviction: drain of n2 is refused by the budget" \
+    "Cannot evict pod as it would violate the pod's disruption budget" "$out"
+expect_grep "$T eviction: db-2 is still there" '^db-2$' "$(k get pod db-2 -n "$NS" -o jsonpath='{.metadata.name}')"
+k uncordon n1 >/dev/null
+k uncordon n2 >/dev/null
