@@ -616,7 +616,7 @@ async fn deletes_finalizers_and_preconditions() {
 }
 
 #[tokio::test]
-async fn namespace_deletion_purges_contents() {
+async fn namespace_deletion_waits_for_its_finalizers() {
     let h = harness().await;
     h.call(
         Method::POST,
@@ -648,43 +648,36 @@ async fn namespace_deletion_purges_contents() {
         .call(Method::DELETE, "/api/v1/namespaces/doomed", None)
         .await;
     assert_eq!(code, StatusCode::CONFLICT);
-    // The held object gets its deletionTimestamp; the plain one goes.
-    let held = wait_until(&h, |h| {
-        let o = h.ctx.store.get(&litek8s::kube::object::ObjectKey::new(
-            "configmaps",
-            "doomed",
-            "held",
-        ))?;
-        let plain_gone = h
-            .ctx
-            .store
-            .get(&litek8s::kube::object::ObjectKey::new(
-                "configmaps",
-                "doomed",
-                "plain",
-            ))
-            .is_none();
-        (plain_gone && o.value()["metadata"]["deletionTimestamp"].is_string()).then(|| o.value())
-    })
-    .await;
-    let mut cleared = held;
-    cleared["metadata"]["finalizers"] = json!([]);
-    let (code, _) = h
-        .call(Method::PUT, &format!("{url}/held"), Some(cleared))
+    // Emptying it is the namespace controller's job (tests/controllers/scenarios/70-gc.sh):
+    // the API only keeps it while `kubernetes` is in spec.finalizers, and removes it once the
+    // finalize subresource has taken the last finalizer away.
+    let (_, ns) = h.call(Method::GET, "/api/v1/namespaces/doomed", None).await;
+    let mut finalized = ns.clone();
+    finalized["spec"]["finalizers"] = json!(["example.com/other", "kubernetes"]);
+    let (code, after) = h
+        .call(
+            Method::PUT,
+            "/api/v1/namespaces/doomed/finalize",
+            Some(finalized.clone()),
+        )
         .await;
-    assert_eq!(code, StatusCode::OK);
-    wait_until(&h, |h| {
-        h.ctx
-            .store
-            .get(&litek8s::kube::object::ObjectKey::new(
-                "namespaces",
-                "",
-                "doomed",
-            ))
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    assert_eq!(code, StatusCode::OK, "{after}");
+    assert_eq!(
+        after["spec"]["finalizers"],
+        json!(["example.com/other", "kubernetes"])
+    );
+    finalized["spec"]["finalizers"] = json!([]);
+    finalized["metadata"]["resourceVersion"] = after["metadata"]["resourceVersion"].clone();
+    let (code, after) = h
+        .call(
+            Method::PUT,
+            "/api/v1/namespaces/doomed/finalize",
+            Some(finalized),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{after}");
+    let (code, _) = h.call(Method::GET, "/api/v1/namespaces/doomed", None).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
 }
 
 /// Polls `check` after each store change (a guard timeout only stops a broken test).

@@ -4,9 +4,11 @@
 //! decoding and storage. A plugin sees the request (user, resource, subresource, namespace, dry
 //! run) and the operation; it may change the object or refuse the write.
 //!
-//! No plugin is configured yet. Namespace lifecycle, an admission plugin in kube-apiserver, is
-//! part of the create path here (`new_object`), because whether a create waits for the read
-//! barrier depends on it.
+//! Plugins, in kube-apiserver's order: [`default_toleration_seconds`]. Namespace lifecycle, an
+//! admission plugin in kube-apiserver, is part of the create path here (`new_object`), because
+//! whether a create waits for the read barrier depends on it.
+
+mod default_toleration_seconds;
 
 use serde_json::Value;
 
@@ -32,7 +34,7 @@ pub enum Operation<'a> {
 pub type Plugin = fn(&ApiRequest, &mut Operation<'_>) -> Result<(), ApiError>;
 
 /// The plugins every write passes, in order.
-const PLUGINS: &[Plugin] = &[];
+const PLUGINS: &[Plugin] = &[default_toleration_seconds::admit];
 
 /// Passes `operation` of `req` through every plugin.
 pub fn admit(req: &ApiRequest, mut operation: Operation<'_>) -> Result<(), ApiError> {
