@@ -52,6 +52,28 @@ pub fn bin() -> PathBuf {
     PathBuf::from(std::env::var_os("LITEK8S_BIN").expect("set LITEK8S_BIN to the litek8s binary"))
 }
 
+/// Arms the fail point `name` (`litek8s::failpoints`) with `value` in the environment of
+/// `cmd`, next to any armed before. Panics when the binary under test is built without the
+/// `failpoints` feature: the fault would silently not happen, and the test pass for nothing.
+pub fn arm_failpoint(cmd: &mut Command, name: &str, value: impl std::fmt::Display) {
+    if !cfg!(feature = "failpoints") {
+        panic!(
+            "this test injects the fault {name}: run it with `cargo test --features failpoints`"
+        );
+    }
+    const VAR: &str = "LITEK8S_FAILPOINTS";
+    let earlier = cmd
+        .get_envs()
+        .find(|(k, _)| *k == VAR)
+        .and_then(|(_, v)| v)
+        .map(|v| v.to_string_lossy().into_owned());
+    let spec = match earlier {
+        Some(earlier) if !earlier.is_empty() => format!("{earlier};{name}={value}"),
+        _ => format!("{name}={value}"),
+    };
+    cmd.env(VAR, spec);
+}
+
 /// How long a server may take to become ready before a test gives up (a hang guard, not a
 /// performance assertion).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);

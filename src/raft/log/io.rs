@@ -53,7 +53,7 @@ impl SegmentIo for FaultyIo {
 }
 
 /// Real I/O whose writes wait first while a control file exists, for as many milliseconds as
-/// it holds (`LITEK8S_FAILPOINT_LOG_WRITE_DELAY_FILE`, see `cluster::node`). A test stalls a
+/// it holds (the fail point `raft_log::write_delay` of `crate::failpoints`). A test stalls a
 /// leader's log this way and checks that it acknowledges nothing meanwhile; another holds one
 /// flush up to show that appends queue behind it. The file is read at every write; an
 /// unreadable or unparsable file means no delay.
