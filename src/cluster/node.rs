@@ -17,7 +17,7 @@ use super::timers::Timers;
 use super::token::ClusterSecret;
 use crate::kube::store::Store;
 use crate::raft::batcher::{BatchLimits, Batcher, ProposeError};
-use crate::raft::log::{DelayedIo, LogConfig, LogStore};
+use crate::raft::log::{LogConfig, LogStore};
 use crate::raft::state_machine::StateMachine;
 use crate::raft::types::{Applied, NodeId, Proposal, TypeConfig};
 
@@ -26,7 +26,7 @@ use crate::raft::types::{Applied, NodeId, Proposal, TypeConfig};
 fn log_config() -> LogConfig {
     let mut config = LogConfig::default();
     if let Some(control) = crate::failpoints::log_write_delay() {
-        config.io = Arc::new(DelayedIo { control });
+        config.io = Arc::new(crate::storage::io::DelayedIo { control });
     }
     config
 }

@@ -11,7 +11,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -19,6 +18,7 @@ use super::error::LogError;
 use super::format::{self, parse_segment_name, segment_path};
 use super::state::{SegmentInfo, Slot, State};
 use crate::storage::fsutil::fsync_dir;
+use crate::storage::io::{self, RealIo};
 use crate::storage::record::{self, Decoded};
 
 /// Replays the log in `dir` (created if missing).
@@ -189,16 +189,9 @@ fn cut_tail(path: &Path, buf: &[u8], offset: usize, reason: &str) -> Result<(), 
         .write(true)
         .open(path)
         .map_err(|e| LogError::io(path, e))?;
-    let end = buf.len();
-    let zeros = vec![0u8; (end - offset).min(1 << 20)];
-    let mut at = offset;
-    while at < end {
-        let n = (end - at).min(zeros.len());
-        file.write_all_at(&zeros[..n], at as u64)
-            .map_err(|e| LogError::io(path, e))?;
-        at += n;
-    }
-    file.sync_data().map_err(|e| LogError::io(path, e))
+    io::write_zeros(&RealIo, &file, offset as u64, buf.len() as u64)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| LogError::io(path, e))
 }
 
 fn apply(
