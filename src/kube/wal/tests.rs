@@ -13,6 +13,15 @@ use crate::kube::store::{Store, StoreConfig};
 use crate::kube::writer::{WriteError, Writer};
 use crate::storage::io::FaultyIo;
 
+/// The defaults, but the file grows by 1 MiB instead of 64 MiB: opening a log reads its whole
+/// preallocated tail, which in an unoptimized test build takes seconds for 64 MiB.
+fn small_chunks() -> WalConfig {
+    WalConfig {
+        preallocate_bytes: 1 << 20,
+        ..WalConfig::default()
+    }
+}
+
 fn create(name: &str) -> Mutation {
     Mutation::Create {
         key: ObjectKey::new("configmaps", "default", name),
@@ -25,13 +34,8 @@ fn poisons_on(fault: fn(&FaultyIo)) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::new(StoreConfig::default()));
     let faulty = Arc::new(FaultyIo::default());
-    let (wal, _) = WalWriter::open_with_io(
-        dir.path(),
-        store.clone(),
-        WalConfig::default(),
-        faulty.clone(),
-    )
-    .unwrap();
+    let (wal, _) =
+        WalWriter::open_with_io(dir.path(), store.clone(), small_chunks(), faulty.clone()).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -57,7 +61,7 @@ fn poisons_on(fault: fn(&FaultyIo)) {
     // After a restart, the acknowledged write is there. (The failed one may or may not be:
     // it was never acknowledged.)
     let store = Arc::new(Store::new(StoreConfig::default()));
-    let (_wal, _) = WalWriter::open(dir.path(), store.clone(), WalConfig::default()).unwrap();
+    let (_wal, _) = WalWriter::open(dir.path(), store.clone(), small_chunks()).unwrap();
     assert!(store
         .get(&ObjectKey::new("configmaps", "default", "a"))
         .is_some());
