@@ -9,7 +9,7 @@
 //!
 //! | name | value | effect |
 //! |---|---|---|
-//! | `raft_log::write_delay` | path of a control file | every Raft log write first waits as many milliseconds as the file holds, while it exists (`raft::log::DelayedIo`) |
+//! | `raft_log::write_delay` | path of a control file | every Raft log write first waits as many milliseconds as the file holds, while it exists (`storage::io::DelayedIo`) |
 //! | `cluster_rpc::lose_propose_reply` | count N | the first N proposals forwarded to this leader are applied, but answered as failed |
 //! | `cluster_leader::bootstrap_delay` | milliseconds | a new leader waits that long before its first pass over the bootstrap objects |
 //!
@@ -29,6 +29,8 @@ mod armed {
     pub const LOSE_PROPOSE_REPLY: &str = "cluster_rpc::lose_propose_reply";
     pub const BOOTSTRAP_DELAY: &str = "cluster_leader::bootstrap_delay";
     const KNOWN: [&str; 3] = [WRITE_DELAY, LOSE_PROPOSE_REPLY, BOOTSTRAP_DELAY];
+    /// The fail points whose value is a number.
+    const NUMERIC: [&str; 2] = [LOSE_PROPOSE_REPLY, BOOTSTRAP_DELAY];
 
     /// The armed fail points, read from the environment once.
     pub fn armed() -> &'static HashMap<String, String> {
@@ -50,7 +52,8 @@ mod armed {
         })
     }
 
-    /// `name=value;name=value` → map; unknown names are refused.
+    /// `name=value;name=value` → map; unknown names and values that are not numbers where
+    /// one is expected are refused.
     pub fn parse(spec: &str) -> Result<HashMap<String, String>, String> {
         let mut armed = HashMap::new();
         for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
@@ -61,21 +64,20 @@ mod armed {
             if !KNOWN.contains(&name) {
                 return Err(format!("unknown fail point {name:?} (known: {KNOWN:?})"));
             }
-            armed.insert(name.to_string(), value.trim().to_string());
+            let value = value.trim();
+            if NUMERIC.contains(&name) {
+                value
+                    .parse::<u64>()
+                    .map_err(|e| format!("{name}={value:?}: {e}"))?;
+            }
+            armed.insert(name.to_string(), value.to_string());
         }
         Ok(armed)
     }
 
-    /// The value of `name` parsed as a number; a value that does not parse stops the process.
+    /// The value of `name`, a number (checked by `parse`).
     pub fn number(name: &str) -> Option<u64> {
-        let value = armed().get(name)?;
-        match value.parse() {
-            Ok(n) => Some(n),
-            Err(e) => {
-                eprintln!("{VAR}: {name}={value:?}: {e}");
-                std::process::exit(2);
-            }
-        }
+        armed().get(name)?.parse().ok()
     }
 
     /// Counts down the armed count of `name`; true while it was above zero.
@@ -148,5 +150,11 @@ mod tests {
         assert!(parse("").unwrap().is_empty());
         assert!(parse("raft_log::write_dely=1").is_err());
         assert!(parse("cluster_leader::bootstrap_delay").is_err());
+        assert!(parse("cluster_leader::bootstrap_delay=soon").is_err());
+        assert_eq!(
+            parse("cluster_leader::bootstrap_delay=1500").unwrap()
+                ["cluster_leader::bootstrap_delay"],
+            "1500"
+        );
     }
 }
