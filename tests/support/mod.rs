@@ -90,17 +90,21 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// The kubectl the single-server tests drive.
 pub const KUBECTL: &str = "/usr/bin/kubectl";
 
-/// The command line of an API server on `data_dir` listening on `addr` (for tests that run
-/// the binary themselves, to see it fail).
+/// The command line of an API server named `e2e` on `data_dir` listening on `addr` (for tests
+/// that run the binary themselves, to see it fail).
 pub fn server_command(data_dir: &Path, addr: SocketAddr) -> Command {
+    let mut cmd = unnamed_server_command(data_dir, addr);
+    cmd.arg("--name").arg("e2e");
+    cmd
+}
+
+fn unnamed_server_command(data_dir: &Path, addr: SocketAddr) -> Command {
     let mut cmd = Command::new(bin());
     cmd.arg("apiserver")
         .arg("--data-dir")
         .arg(data_dir)
         .arg("--listen")
         .arg(addr.to_string())
-        .arg("--name")
-        .arg("e2e")
         .env(
             "LITEK8S_LOG",
             std::env::var("LITEK8S_LOG").unwrap_or_else(|_| "info".to_string()),
@@ -142,9 +146,13 @@ impl Server {
         server
     }
 
-    /// The command line of this server.
+    /// The command line of this server (named `e2e` unless its flags name it).
     pub fn command(&self) -> Command {
-        let mut cmd = server_command(&self.data_dir, self.addr);
+        let mut cmd = if self.extra_args.iter().any(|a| a == "--name") {
+            unnamed_server_command(&self.data_dir, self.addr)
+        } else {
+            server_command(&self.data_dir, self.addr)
+        };
         cmd.args(&self.extra_args);
         cmd
     }
