@@ -11,7 +11,7 @@
 //! |---|---|---|
 //! | `raft_log::write_delay` | path of a control file | every Raft log write first waits as many milliseconds as the file holds, while it exists (`storage::io::DelayedIo`) |
 //! | `cluster_rpc::lose_propose_reply` | count N | the first N proposals forwarded to this leader are applied, but answered as failed |
-//! | `cluster_leader::bootstrap_delay` | milliseconds | a new leader waits that long before its first pass over the bootstrap objects |
+//! | `bootstrap::delay` | milliseconds | a new leader waits that long before its first pass over the bootstrap objects |
 //!
 //! An unknown name or a value that does not parse stops the process at start (a test that
 //! arms a fault must not pass because the fault never happened).
@@ -27,7 +27,7 @@ mod armed {
 
     pub const WRITE_DELAY: &str = "raft_log::write_delay";
     pub const LOSE_PROPOSE_REPLY: &str = "cluster_rpc::lose_propose_reply";
-    pub const BOOTSTRAP_DELAY: &str = "cluster_leader::bootstrap_delay";
+    pub const BOOTSTRAP_DELAY: &str = "bootstrap::delay";
     const KNOWN: [&str; 3] = [WRITE_DELAY, LOSE_PROPOSE_REPLY, BOOTSTRAP_DELAY];
     /// The fail points whose value is a number.
     const NUMERIC: [&str; 2] = [LOSE_PROPOSE_REPLY, BOOTSTRAP_DELAY];
@@ -125,7 +125,7 @@ pub fn lose_propose_reply() -> bool {
     false
 }
 
-/// `cluster_leader::bootstrap_delay`: how long a new leader holds back the bootstrap objects.
+/// `bootstrap::delay`: how long a new leader holds back the bootstrap objects.
 #[cfg(feature = "failpoints")]
 pub fn bootstrap_delay() -> Option<std::time::Duration> {
     armed::number(armed::BOOTSTRAP_DELAY).map(std::time::Duration::from_millis)
@@ -149,11 +149,10 @@ mod tests {
         assert_eq!(armed["cluster_rpc::lose_propose_reply"], "4");
         assert!(parse("").unwrap().is_empty());
         assert!(parse("raft_log::write_dely=1").is_err());
-        assert!(parse("cluster_leader::bootstrap_delay").is_err());
-        assert!(parse("cluster_leader::bootstrap_delay=soon").is_err());
+        assert!(parse("bootstrap::delay").is_err());
+        assert!(parse("bootstrap::delay=soon").is_err());
         assert_eq!(
-            parse("cluster_leader::bootstrap_delay=1500").unwrap()
-                ["cluster_leader::bootstrap_delay"],
+            parse("bootstrap::delay=1500").unwrap()["bootstrap::delay"],
             "1500"
         );
     }
