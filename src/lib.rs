@@ -8,6 +8,7 @@
 //! - [`controllers`]: the leader-gated runner, informers, work queues and controllers.
 //! - [`failover`]: a list of servers and which one to use (health checks, membership,
 //!   `servers.json`), for the load balancer and the node agent.
+//! - [`failpoints`]: faults tests inject into the process (only with the `failpoints` feature).
 //! - [`http_client`]: the one HTTP client (pinned TLS, plain health checks, kept HTTP/2
 //!   connections between servers) and `--server` URL parsing.
 //! - [`kube`]: the object model and the deterministic store that every write goes through
@@ -30,6 +31,7 @@ pub mod client;
 pub mod cluster;
 pub mod controllers;
 pub mod failover;
+pub mod failpoints;
 pub mod http_client;
 pub mod kube;
 pub mod lb;

@@ -30,7 +30,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match cli.init_logging().and_then(|()| cli.run()) {
+    let run = cli.init_logging().and_then(|()| {
+        litek8s::failpoints::check();
+        cli.run()
+    });
+    match run {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("litek8s: {}", one_line(&e));

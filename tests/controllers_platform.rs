@@ -2,14 +2,14 @@
 //! leader Leases held and renewed as client-go does, the bootstrap objects written through
 //! the API pipeline, and a controller acting on a namespace created with kubectl.
 
-mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use common::TestServer;
 use serde_json::Value;
+use support::Server;
 
-fn get_json(server: &TestServer, args: &[&str]) -> Option<Value> {
+fn get_json(server: &Server, args: &[&str]) -> Option<Value> {
     let mut full = vec!["get"];
     full.extend_from_slice(args);
     full.extend_from_slice(&["-o", "json", "--show-managed-fields"]);
@@ -36,7 +36,7 @@ fn eventually<T>(guard: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
 
 #[test]
 fn the_leader_holds_the_control_plane_leases_and_renews_them() {
-    let server = TestServer::start_with(&["--name", "lk1"]);
+    let server = Server::start(&["--name", "lk1"]);
     for lease in ["kube-controller-manager", "kube-scheduler"] {
         let first = eventually(Duration::from_secs(10), || {
             get_json(&server, &["lease", "-n", "kube-system", lease])
@@ -73,7 +73,7 @@ fn the_leader_holds_the_control_plane_leases_and_renews_them() {
 
 #[test]
 fn bootstrap_objects_and_default_service_accounts_come_from_the_runner() {
-    let server = TestServer::start();
+    let server = Server::start(&[]);
     let svc = get_json(&server, &["service", "kubernetes", "-n", "default"]).unwrap();
     assert_eq!(
         svc["metadata"]["managedFields"][0]["manager"],
@@ -101,7 +101,7 @@ fn bootstrap_objects_and_default_service_accounts_come_from_the_runner() {
 
 #[test]
 fn every_namespace_gets_the_root_ca_and_events_expire_after_the_ttl() {
-    let server = TestServer::start_with(&["--event-ttl", "6s"]);
+    let server = Server::start(&["--event-ttl", "6s"]);
     let ca = std::fs::read_to_string(server.ca_cert()).unwrap();
     let out = server.kubectl(&["create", "namespace", "team-b"]);
     assert!(out.status.success(), "{out:?}");

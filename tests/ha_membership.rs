@@ -272,7 +272,7 @@ async fn a_member_is_ready_only_once_the_bootstrap_objects_reached_it() {
     let mut cluster = Cluster::start(0);
     let first = cluster.add_stopped_member();
     let mut cmd = cluster.command(first);
-    cmd.env("LITEK8S_FAILPOINT_BOOTSTRAP_DELAY_MS", "1500");
+    support::arm_failpoint(&mut cmd, "bootstrap::delay", 1500);
     cluster.spawn_command(first, cmd);
     wait_ready_tightly(&mut cluster, first);
     let joiner = cluster.add_stopped_member();

@@ -1,8 +1,9 @@
 //! docs/guarantees.md, Writes: a follower's own writes go to the leader as proposals carrying
 //! (session, seq), and a retried proposal applies once. The leader here loses the answers of the
-//! first forwarded proposals after applying them (`LITEK8S_FAILPOINT_LOSE_PROPOSE_REPLIES`); the
-//! followers' first writes (creating their Leases) are sent again, and the copies must be answered
-//! with the first result instead of applying a second time (which would answer "already exists").
+//! first forwarded proposals after applying them (the fail point
+//! `cluster_rpc::lose_propose_reply`); the followers' first writes (creating their Leases) are
+//! sent again, and the copies must be answered with the first result instead of applying a
+//! second time (which would answer "already exists").
 
 mod cluster_support;
 mod support;
@@ -18,7 +19,7 @@ async fn a_proposal_sent_again_after_a_lost_answer_applies_once() {
     let mut cluster = Cluster::start(0);
     let first = cluster.add_stopped_member();
     let mut cmd = cluster.command(first);
-    cmd.env("LITEK8S_FAILPOINT_LOSE_PROPOSE_REPLIES", LOST_REPLIES);
+    support::arm_failpoint(&mut cmd, "cluster_rpc::lose_propose_reply", LOST_REPLIES);
     cluster.spawn_command(first, cmd);
     cluster.wait_ready(first);
     cluster.add_member();
@@ -46,11 +47,11 @@ async fn a_proposal_sent_again_after_a_lost_answer_applies_once() {
 
     let leader_log = cluster.logs(0);
     let lost = leader_log
-        .matches("failpoint: losing the answer to a forwarded proposal")
+        .matches("fail point cluster_rpc::lose_propose_reply: losing an answer")
         .count();
     assert!(
         lost >= 2,
-        "the failpoint never fired ({lost} times):\n{leader_log}"
+        "the fail point never fired ({lost} times):\n{leader_log}"
     );
     let follower_logs = cluster.logs(1) + &cluster.logs(2);
     assert!(

@@ -1,7 +1,7 @@
 //! kubectl 1.33 sends built-in kinds as Kubernetes protobuf (client-go ≥ 1.32); kubectl 1.27
 //! sends JSON. The same `kubectl create ...` commands through both must store the same objects.
 
-mod common;
+mod support;
 
 use std::process::Output;
 
@@ -10,10 +10,10 @@ use serde_json::Value;
 const NEW: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
 const OLD: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.27";
 
-fn run(server: &common::TestServer, kubectl: &str, args: &[&str]) -> Output {
+fn run(server: &support::Server, kubectl: &str, args: &[&str]) -> Output {
     let out = std::process::Command::new(kubectl)
         .arg("--kubeconfig")
-        .arg(server.kubeconfig())
+        .arg(server.kubeconfig_path())
         .args(args)
         .output()
         .expect("run kubectl");
@@ -26,7 +26,7 @@ fn run(server: &common::TestServer, kubectl: &str, args: &[&str]) -> Output {
     out
 }
 
-fn get(server: &common::TestServer, args: &[&str]) -> Value {
+fn get(server: &support::Server, args: &[&str]) -> Value {
     let mut all = args.to_vec();
     all.extend(["-o", "json"]);
     let out = run(server, NEW, &all);
@@ -58,7 +58,7 @@ fn normalize(mut v: Value, ns: &str) -> String {
 
 #[test]
 fn protobuf_creates_match_json_creates() {
-    let server = common::TestServer::start();
+    let server = support::Server::start(&[]);
     let dir = tempfile::tempdir().expect("temp dir");
     let bin = dir.path().join("blob");
     std::fs::write(&bin, [0u8, 1, 2, 0xfe, 0xff, b'\n']).expect("write blob");
@@ -168,7 +168,7 @@ fn protobuf_creates_match_json_creates() {
     );
     let gone = std::process::Command::new(NEW)
         .arg("--kubeconfig")
-        .arg(server.kubeconfig())
+        .arg(server.kubeconfig_path())
         .args(["get", "configmap", "cm", "-n", "pb"])
         .output()
         .expect("run kubectl");

@@ -2,8 +2,9 @@
 # The whole test suite, from a fresh Debian machine with Rust:
 #   1. installs missing tools (Debian packages only when a tool is missing),
 #   2. makes the Python virtualenv .venv (kubernetes==37.*, pytest), reused when present,
-#   3. cargo test --all-targets (unit tests, integration tests against the real binary,
-#      kube-rs, durability, WAL corruption, bad input),
+#   3. cargo test --all-targets --features failpoints (unit tests, integration tests against
+#      the real binary, kube-rs, durability, WAL corruption, bad input; the feature compiles in
+#      the fail points that some of those tests arm, see src/failpoints.rs),
 #   4. the pytest suite in tests/python (leader election, watch resume, 410 relist),
 #   5. the kubectl scenarios with kubectl 1.27 and 1.33: tests/kubectl/scenario.sh against a
 #      single server and against a follower of a 3-server cluster, tests/kubectl/workloads.sh
@@ -108,8 +109,8 @@ TARGET_DIR=$(cargo metadata --format-version 1 --no-deps 2>/dev/null | jq -r .ta
 TARGET_DIR=${TARGET_DIR:-$ROOT/target}
 export LITEK8S_BIN=$TARGET_DIR/debug/litek8s
 if [ "${SKIP_CARGO:-0}" != 1 ]; then
-    echo "== cargo test --all-targets (log: $OUT/cargo-test.log)"
-    cargo test --all-targets --no-fail-fast >"$OUT/cargo-test.log" 2>&1
+    echo "== cargo test --all-targets --features failpoints (log: $OUT/cargo-test.log)"
+    cargo test --all-targets --features failpoints --no-fail-fast >"$OUT/cargo-test.log" 2>&1
     cargo_rc=$?
     grep -E '^\s+Running |^test result:|^error(\[|:)|^test .* FAILED$' "$OUT/cargo-test.log"
     p=0 f=0
@@ -128,11 +129,11 @@ if [ "${SKIP_CARGO:-0}" != 1 ]; then
     step_result "cargo test" "$p" "$f"
 else
     echo "== cargo test skipped (SKIP_CARGO=1)"
-    cargo build -q 2>&1 | tail -20
+    cargo build -q --features failpoints 2>&1 | tail -20
 fi
 
 if [ ! -x "$LITEK8S_BIN" ]; then
-    cargo build -q 2>&1 | tail -20
+    cargo build -q --features failpoints 2>&1 | tail -20
 fi
 
 # --- 4. pytest

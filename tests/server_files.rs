@@ -1,13 +1,17 @@
 //! The data directory of `litek8s apiserver`: what the first start creates (and with which
 //! permissions), what a restart keeps, and how unusable files and flags are reported.
 
-mod common;
+mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
-use common::TestServer;
+use support::Server;
+
+fn loopback(port: u16) -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], port))
+}
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path)
@@ -38,8 +42,8 @@ fn one_line_failure(out: &Output) -> String {
 
 #[test]
 fn first_start_creates_files_with_owner_only_secrets() {
-    let server = TestServer::start();
-    let dir = server.data_dir();
+    let server = Server::start(&[]);
+    let dir = server.data_dir.clone();
     assert_eq!(mode(&dir), 0o700);
     for secret in ["ca.key", "server.key", "admin-token", "kubeconfig.yaml"] {
         assert_eq!(mode(&dir.join(secret)), 0o600, "{secret}");
@@ -52,7 +56,7 @@ fn first_start_creates_files_with_owner_only_secrets() {
     assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "{token}");
 
     let kubeconfig: serde_json::Value =
-        serde_yaml::from_str(&read(&server.kubeconfig())).expect("kubeconfig YAML");
+        serde_yaml::from_str(&read(&server.kubeconfig_path())).expect("kubeconfig YAML");
     assert_eq!(kubeconfig["current-context"], "litek8s");
     assert_eq!(kubeconfig["clusters"][0]["name"], "litek8s");
     assert_eq!(kubeconfig["clusters"][0]["cluster"]["server"], server.url());
@@ -62,8 +66,8 @@ fn first_start_creates_files_with_owner_only_secrets() {
 
 #[test]
 fn restart_keeps_ca_token_and_serving_cert() {
-    let mut server = TestServer::start();
-    let dir = server.data_dir();
+    let mut server = Server::start(&[]);
+    let dir = server.data_dir.clone();
     let before: Vec<String> = [
         "ca.crt",
         "ca.key",
@@ -96,8 +100,8 @@ fn restart_keeps_ca_token_and_serving_cert() {
 
 #[test]
 fn new_node_ip_reissues_serving_cert_but_keeps_ca() {
-    let mut server = TestServer::start();
-    let dir = server.data_dir();
+    let mut server = Server::start(&[]);
+    let dir = server.data_dir.clone();
     let (ca, cert) = (read(&dir.join("ca.crt")), read(&dir.join("server.crt")));
     server.restart_with(&["--node-ip", "192.0.2.77"]);
     let reissued = read(&dir.join("server.crt"));
@@ -114,22 +118,22 @@ fn new_node_ip_reissues_serving_cert_but_keeps_ca() {
 
 #[test]
 fn corrupt_ca_cert_is_one_line_error() {
-    let mut server = TestServer::start();
-    let dir = server.data_dir();
+    let mut server = Server::start(&[]);
+    let dir = server.data_dir.clone();
     server.kill();
     std::fs::write(dir.join("ca.crt"), "garbage\n").unwrap();
-    let out = TestServer::command(&dir, server.port()).output().unwrap();
+    let out = support::server_command(&dir, server.addr).output().unwrap();
     let line = one_line_failure(&out);
     assert!(line.contains("ca.crt"), "{line}");
 }
 
 #[test]
 fn missing_ca_key_is_one_line_error() {
-    let mut server = TestServer::start();
-    let dir = server.data_dir();
+    let mut server = Server::start(&[]);
+    let dir = server.data_dir.clone();
     server.kill();
     std::fs::remove_file(dir.join("ca.key")).unwrap();
-    let out = TestServer::command(&dir, server.port()).output().unwrap();
+    let out = support::server_command(&dir, server.addr).output().unwrap();
     let line = one_line_failure(&out);
     assert!(line.contains("ca.key"), "{line}");
 }
@@ -139,14 +143,14 @@ fn unusable_data_dir_is_one_line_error() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("not-a-dir");
     std::fs::write(&file, "x").unwrap();
-    let out = TestServer::command(&file, common::free_port())
+    let out = support::server_command(&file, loopback(support::free_port()))
         .output()
         .unwrap();
     let line = one_line_failure(&out);
     assert!(line.contains("not-a-dir"), "{line}");
 
     let under_file = file.join("data");
-    let out = TestServer::command(&under_file, common::free_port())
+    let out = support::server_command(&under_file, loopback(support::free_port()))
         .output()
         .unwrap();
     one_line_failure(&out);

@@ -17,23 +17,16 @@ use super::timers::Timers;
 use super::token::ClusterSecret;
 use crate::kube::store::Store;
 use crate::raft::batcher::{BatchLimits, Batcher, ProposeError};
-use crate::raft::log::{DelayedIo, LogConfig, LogStore};
+use crate::raft::log::{LogConfig, LogStore};
 use crate::raft::state_machine::StateMachine;
 use crate::raft::types::{Applied, NodeId, Proposal, TypeConfig};
 
-/// The log engine's settings: the defaults, with the write-delay failpoint when
-/// `LITEK8S_FAILPOINT_LOG_WRITE_DELAY_FILE` names a control file (`raft::log::DelayedIo`, for
-/// the test of a leader whose disk stalls). Unset in production.
+/// The log engine's settings: the defaults, with writes that a control file can delay when
+/// a test arms the fail point `raft_log::write_delay` (see `crate::failpoints`).
 fn log_config() -> LogConfig {
     let mut config = LogConfig::default();
-    if let Some(control) = std::env::var_os("LITEK8S_FAILPOINT_LOG_WRITE_DELAY_FILE") {
-        tracing::warn!(
-            "failpoint: Raft log writes wait while {} exists",
-            std::path::Path::new(&control).display()
-        );
-        config.io = Arc::new(DelayedIo {
-            control: control.into(),
-        });
+    if let Some(control) = crate::failpoints::log_write_delay() {
+        config.io = Arc::new(crate::storage::io::DelayedIo { control });
     }
     config
 }

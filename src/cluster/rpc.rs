@@ -262,11 +262,10 @@ pub async fn propose(node: &ClusterNode, request: ProposeRequest) -> ProposeRepl
     if node.leadership() != Leadership::Me {
         return ProposeReply::NotLeader;
     }
-    if failpoint_lose_reply() {
-        // Test fault: the proposal is committed and applied, but its answer is lost.
-        tracing::warn!("failpoint: losing the answer to a forwarded proposal");
+    if crate::failpoints::lose_propose_reply() {
+        // The proposal is committed and applied, but its answer is lost.
         let _ = node.propose_here(proposal_of(request)).await;
-        return ProposeReply::Failed("failpoint: reply lost".into());
+        return ProposeReply::Failed("answer lost (injected fault)".into());
     }
     match node.propose_here(proposal_of(request)).await {
         Ok(applied) => match applied.object {
@@ -291,26 +290,6 @@ fn proposal_of(request: ProposeRequest) -> Proposal {
         acked: request.acked,
         prepared: Default::default(),
     }
-}
-
-/// `LITEK8S_FAILPOINT_LOSE_PROPOSE_REPLIES=N`: the first N forwarded proposals this process
-/// answers as leader are applied but answered as failed (the answer "lost"), for the tests of
-/// retried proposals. Unset in production.
-fn failpoint_lose_reply() -> bool {
-    static LEFT: std::sync::OnceLock<std::sync::atomic::AtomicU64> = std::sync::OnceLock::new();
-    let left = LEFT.get_or_init(|| {
-        let n = std::env::var("LITEK8S_FAILPOINT_LOSE_PROPOSE_REPLIES")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-        std::sync::atomic::AtomicU64::new(n)
-    });
-    left.fetch_update(
-        std::sync::atomic::Ordering::Relaxed,
-        std::sync::atomic::Ordering::Relaxed,
-        |n| n.checked_sub(1),
-    )
-    .is_ok()
 }
 
 /// The leader's read index (docs/guarantees.md, Reads): confirms leadership with a heartbeat

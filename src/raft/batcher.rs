@@ -449,7 +449,9 @@ mod tests {
         assert_eq!(counter.0.load(Ordering::SeqCst), 1);
     }
 
-    #[tokio::test]
+    /// Time is paused: each proposal "takes" 5 ms of virtual time, so the callers queue
+    /// behind the batches in flight however slow the machine is.
+    #[tokio::test(start_paused = true)]
     async fn coalesces_and_answers_each_caller() {
         let direct = Arc::new(Direct {
             store: Store::new(StoreConfig::default()),

@@ -193,7 +193,7 @@ pub async fn run_until(
                 port: api_port,
                 service_ip,
             }),
-            bootstrap_delay: bootstrap_delay_failpoint(),
+            bootstrap_delay: crate::failpoints::bootstrap_delay().unwrap_or_default(),
             settings: ControllerSettings {
                 event_ttl: settings.event_ttl,
                 node_monitor_grace_period: settings.node_monitor_grace_period,
@@ -239,17 +239,6 @@ pub async fn run_until(
     backend.stop().await;
     tracing::info!(component = "server", "stopped");
     Ok(())
-}
-
-/// `LITEK8S_FAILPOINT_BOOTSTRAP_DELAY_MS=N`: a new leader waits N ms before its first pass
-/// over the bootstrap objects, so that a test can show readiness waiting for them. Unset in
-/// production.
-fn bootstrap_delay_failpoint() -> std::time::Duration {
-    std::env::var("LITEK8S_FAILPOINT_BOOTSTRAP_DELAY_MS")
-        .ok()
-        .and_then(|ms| ms.parse().ok())
-        .map(std::time::Duration::from_millis)
-        .unwrap_or_default()
 }
 
 /// Stores what a joiner received from the cluster in the data directory: the CA (a different

@@ -1,8 +1,10 @@
 //! On-disk building blocks shared by every persistent file litek8s writes:
-//! the CRC-framed record format (`record`), small durable-file helpers (`fsutil`) and the
-//! zero-filling of preallocated log space (`zeros`).
+//! the CRC-framed record format (`record`), small durable-file helpers (`fsutil`), the
+//! zero-filling of preallocated log space (`zeros`) and the I/O seam of the logs' append
+//! paths (`io`).
 //! `objects.wal`, Raft log segments and snapshots all use the same framing.
 
 pub mod fsutil;
+pub mod io;
 pub mod record;
 pub mod zeros;

@@ -101,13 +101,16 @@ mod tests {
         assert!(gate.should_ping());
     }
 
-    #[tokio::test]
+    /// Time is paused: the loop beats every 2 ms and the watchdog looks every 20 ms of
+    /// virtual time, so every look finds a beat however slow the machine is. (The socket is
+    /// read without blocking: a blocking read on another thread would keep paused time from
+    /// advancing.)
+    #[tokio::test(start_paused = true)]
     async fn watchdog_keeps_pinging_while_the_loop_beats() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("notify.sock");
         let sock = UnixDatagram::bind(&path).unwrap();
-        sock.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
+        sock.set_nonblocking(true).unwrap();
         let hb = Heartbeat::new();
         let beating = hb.clone();
         let core = tokio::spawn(async move {
@@ -125,19 +128,65 @@ mod tests {
                 let _ = stop_rx.await;
             },
         ));
-        let received = tokio::task::spawn_blocking(move || {
-            let mut buf = [0u8; 64];
-            (0..5)
-                .map(|_| {
-                    let n = sock.recv(&mut buf).unwrap();
-                    String::from_utf8(buf[..n].to_vec()).unwrap()
-                })
-                .collect::<Vec<_>>()
-        })
-        .await
-        .unwrap();
-        assert_eq!(received, vec!["WATCHDOG=1\n"; 5]);
+        // Looks at 20, 40, 60, 80 and 100 ms.
+        tokio::time::sleep(Duration::from_millis(110)).await;
+        assert_eq!(drain(&sock), vec!["WATCHDOG=1\n"; 5]);
         core.abort();
+        let _ = stop_tx.send(());
+        dog.await.unwrap();
+    }
+
+    /// Datagrams waiting on `sock` (non-blocking).
+    fn drain(sock: &UnixDatagram) -> Vec<String> {
+        let mut buf = [0u8; 64];
+        let mut got = Vec::new();
+        while let Ok(n) = sock.recv(&mut buf) {
+            got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+        got
+    }
+
+    /// A loop that stops beating gets no more `WATCHDOG=1` (so systemd restarts the process),
+    /// and one that beats again gets them again. Time is paused: the watchdog looks at 20, 40,
+    /// … ms of virtual time and the test reads between the looks.
+    #[tokio::test(start_paused = true)]
+    async fn watchdog_withholds_pings_while_the_loop_makes_no_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify.sock");
+        let sock = UnixDatagram::bind(&path).unwrap();
+        sock.set_nonblocking(true).unwrap();
+        let hb = Heartbeat::new();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let dog = tokio::spawn(run_watchdog(
+            Notifier::with_socket(&path),
+            Duration::from_millis(20),
+            hb.clone(),
+            async move {
+                let _ = stop_rx.await;
+            },
+        ));
+        // The watchdog starts (and takes its first reading) before the first beat.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        hb.beat();
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        assert_eq!(
+            drain(&sock),
+            vec!["WATCHDOG=1\n"],
+            "a beat before the look at 20 ms"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            drain(&sock),
+            Vec::<String>::new(),
+            "five looks (40–120 ms) without a beat"
+        );
+        hb.beat();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(
+            drain(&sock),
+            vec!["WATCHDOG=1\n"],
+            "a beat again before 140 ms"
+        );
         let _ = stop_tx.send(());
         dog.await.unwrap();
     }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::support::{bin, free_port, readyz, terminate_child, Api, READY_TIMEOUT};
+use super::support::{arm_failpoint, bin, free_port, readyz, terminate_child, Api, READY_TIMEOUT};
 
 /// One member process.
 pub struct Member {
@@ -298,9 +298,10 @@ impl Cluster {
             cmd.env("LITEK8S_TOKEN", self.token());
         }
         if self.log_delay_control {
-            cmd.env(
-                "LITEK8S_FAILPOINT_LOG_WRITE_DELAY_FILE",
-                self.log_delay_path(i),
+            arm_failpoint(
+                &mut cmd,
+                "raft_log::write_delay",
+                self.log_delay_path(i).display(),
             );
         }
         cmd

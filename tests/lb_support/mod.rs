@@ -3,13 +3,13 @@
 //! kubectl runs that go through it, and small fake servers (garbage, silent, not Kubernetes).
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::support::{bin, free_port, terminate_child};
+use super::support::{self, bin, free_port, terminate_child};
 
 /// The kubectl versions the tests drive.
 pub const KUBECTLS: [&str; 2] = [
@@ -249,32 +249,8 @@ pub fn switch_time(lb: &Lb, old: &str, since: Instant, limit: Duration) -> Durat
 
 /// One plain-HTTP GET: `(status, body)`.
 pub fn http_get(addr: SocketAddr, path: &str, limit: Duration) -> Result<(u16, String), String> {
-    let mut stream =
-        TcpStream::connect_timeout(&addr, limit).map_err(|e| format!("connect: {e}"))?;
-    stream
-        .set_read_timeout(Some(limit))
-        .map_err(|e| e.to_string())?;
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: lb\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .map_err(|e| format!("write: {e}"))?;
-    let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
-        .map_err(|e| format!("read: {e}"))?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let code = text
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("not HTTP: {text:?}"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((code, body))
+    let response = support::http_get(addr, path, limit).map_err(|e| e.to_string())?;
+    Ok((response.status, response.body))
 }
 
 /// Runs kubectl `binary` with `kubeconfig`; the output, bounded by `limit`.

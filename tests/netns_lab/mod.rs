@@ -147,14 +147,9 @@ pub fn connect_in(ns: &str, addr: SocketAddr, limit: Duration) -> std::io::Resul
 
 /// Status of plain-HTTP `GET /readyz` asked from inside namespace `ns`.
 pub fn readyz_in(ns: &str, addr: SocketAddr) -> Option<u16> {
-    use std::io::{Read, Write};
     let mut stream = connect_in(ns, addr, Duration::from_millis(500)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream
-        .write_all(b"GET /readyz HTTP/1.1\r\nHost: lk\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut buf = Vec::new();
-    let _ = stream.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf);
-    text.lines().next()?.split_whitespace().nth(1)?.parse().ok()
+    super::support::http_get_over(&mut stream, "/readyz", None)
+        .ok()
+        .map(|r| r.status)
 }

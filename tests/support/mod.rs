@@ -1,9 +1,18 @@
 //! Shared helpers of the end-to-end tests: start the real `litek8s apiserver` binary in a
 //! temporary data directory on a free loopback port, wait for /readyz, stop it with SIGTERM or
-//! SIGKILL, restart it on the same data, and talk HTTPS to it with the admin token over real
-//! keep-alive connections (hyper's HTTP/1 client on a rustls stream).
+//! SIGKILL, restart it on the same data, and talk to it: HTTPS with the admin token over real
+//! keep-alive connections (hyper's HTTP/1 client on a rustls stream), one-shot blocking GETs
+//! over plain HTTP or TLS, and kubectl with the generated kubeconfig.
 //!
-//! Every test binary compiles this module separately and uses a different subset of it.
+//! ```ignore
+//! mod support;
+//! let server = support::Server::start(&[]);
+//! let out = server.kubectl(&["get", "--raw", "/readyz"]);
+//! ```
+//!
+//! Every test binary compiles this module separately and uses a different subset of it. The
+//! cluster (`cluster_support`), load-balancer (`lb_support`) and network-namespace
+//! (`netns_lab`) helpers build on this one.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -52,9 +61,57 @@ pub fn bin() -> PathBuf {
     PathBuf::from(std::env::var_os("LITEK8S_BIN").expect("set LITEK8S_BIN to the litek8s binary"))
 }
 
+/// Arms the fail point `name` (`litek8s::failpoints`) with `value` in the environment of
+/// `cmd`, next to any armed before. Panics when the binary under test is built without the
+/// `failpoints` feature: the fault would silently not happen, and the test pass for nothing.
+pub fn arm_failpoint(cmd: &mut Command, name: &str, value: impl std::fmt::Display) {
+    if !cfg!(feature = "failpoints") {
+        panic!(
+            "this test injects the fault {name}: run it with `cargo test --features failpoints`"
+        );
+    }
+    const VAR: &str = "LITEK8S_FAILPOINTS";
+    let earlier = cmd
+        .get_envs()
+        .find(|(k, _)| *k == VAR)
+        .and_then(|(_, v)| v)
+        .map(|v| v.to_string_lossy().into_owned());
+    let spec = match earlier {
+        Some(earlier) if !earlier.is_empty() => format!("{earlier};{name}={value}"),
+        _ => format!("{name}={value}"),
+    };
+    cmd.env(VAR, spec);
+}
+
 /// How long a server may take to become ready before a test gives up (a hang guard, not a
 /// performance assertion).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The kubectl the single-server tests drive.
+pub const KUBECTL: &str = "/usr/bin/kubectl";
+
+/// The command line of an API server named `e2e` on `data_dir` listening on `addr` (for tests
+/// that run the binary themselves, to see it fail).
+pub fn server_command(data_dir: &Path, addr: SocketAddr) -> Command {
+    let mut cmd = unnamed_server_command(data_dir, addr);
+    cmd.arg("--name").arg("e2e");
+    cmd
+}
+
+fn unnamed_server_command(data_dir: &Path, addr: SocketAddr) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.arg("apiserver")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--listen")
+        .arg(addr.to_string())
+        .env(
+            "LITEK8S_LOG",
+            std::env::var("LITEK8S_LOG").unwrap_or_else(|_| "info".to_string()),
+        )
+        .stdin(Stdio::null());
+    cmd
+}
 
 /// One `litek8s apiserver` process and its data directory.
 pub struct Server {
@@ -89,22 +146,14 @@ impl Server {
         server
     }
 
-    /// The command line of this server.
+    /// The command line of this server (named `e2e` unless its flags name it).
     pub fn command(&self) -> Command {
-        let mut cmd = Command::new(bin());
-        cmd.arg("apiserver")
-            .arg("--data-dir")
-            .arg(&self.data_dir)
-            .arg("--listen")
-            .arg(self.addr.to_string())
-            .arg("--name")
-            .arg("e2e")
-            .args(&self.extra_args)
-            .env(
-                "LITEK8S_LOG",
-                std::env::var("LITEK8S_LOG").unwrap_or_else(|_| "info".to_string()),
-            )
-            .stdin(Stdio::null());
+        let mut cmd = if self.extra_args.iter().any(|a| a == "--name") {
+            unnamed_server_command(&self.data_dir, self.addr)
+        } else {
+            server_command(&self.data_dir, self.addr)
+        };
+        cmd.args(&self.extra_args);
         cmd
     }
 
@@ -185,6 +234,19 @@ impl Server {
         terminate_child(self.child.take()?)
     }
 
+    /// SIGKILLs the process (if running), starts it again on the same port and data, and
+    /// waits until it is ready.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn_and_wait();
+    }
+
+    /// Like `restart`, with a new set of extra flags.
+    pub fn restart_with(&mut self, extra_args: &[&str]) {
+        self.extra_args = extra_args.iter().map(|s| s.to_string()).collect();
+        self.restart();
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         match self.child.as_mut() {
@@ -229,6 +291,60 @@ impl Server {
         self.data_dir.join("kubeconfig.yaml")
     }
 
+    pub fn ca_cert(&self) -> PathBuf {
+        self.data_dir.join("ca.crt")
+    }
+
+    /// `https://127.0.0.1:<port>`, as the kubeconfig names the server.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// Runs [`KUBECTL`] with this server's kubeconfig.
+    pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
+        Command::new(KUBECTL)
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig_path())
+            .args(args)
+            .output()
+            .expect("run kubectl")
+    }
+
+    /// GET `path` over plain HTTP/1.1.
+    pub fn plain_get(&self, path: &str) -> HttpResponse {
+        http_get(self.addr, path, Duration::from_secs(10)).expect("plain HTTP GET")
+    }
+
+    /// GET `path` over HTTPS/1.1 (verifying the server as `localhost`), with `token`.
+    pub fn https_get(&self, path: &str, token: Option<&str>) -> HttpResponse {
+        let mut tls = self
+            .tls_connect("localhost", &[b"http/1.1"])
+            .expect("TLS connect");
+        http_get_over(&mut tls, path, token).expect("HTTPS GET")
+    }
+
+    /// A completed TLS handshake, verified against ca.crt as `server_name` (a DNS name or an
+    /// IP), offering `alpn`.
+    pub fn tls_connect(
+        &self,
+        server_name: &str,
+        alpn: &[&[u8]],
+    ) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>, String> {
+        let config = client_config(&self.ca_cert(), alpn);
+        let name = ServerName::try_from(server_name.to_string()).map_err(|e| e.to_string())?;
+        let conn = rustls::ClientConnection::new(config, name).map_err(|e| e.to_string())?;
+        let sock = TcpStream::connect(self.addr).map_err(|e| e.to_string())?;
+        sock.set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| e.to_string())?;
+        let mut tls = rustls::StreamOwned::new(conn, sock);
+        while tls.conn.is_handshaking() {
+            tls.conn
+                .complete_io(&mut tls.sock)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(tls)
+    }
+
     pub fn wal_path(&self) -> PathBuf {
         self.data_dir.join("objects.wal")
     }
@@ -249,14 +365,85 @@ impl Drop for Server {
 pub fn readyz(addr: SocketAddr) -> Option<u16> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream
-        .write_all(b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut buf = Vec::new();
-    let _ = stream.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf);
-    let status_line = text.lines().next()?;
-    status_line.split_whitespace().nth(1)?.parse().ok()
+    http_get_over(&mut stream, "/readyz", None)
+        .ok()
+        .map(|r| r.status)
+}
+
+/// A response read whole by [`http_get_over`].
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    pub status: u16,
+    /// The status line and headers as received.
+    pub headers: String,
+    pub body: String,
+}
+
+impl HttpResponse {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.body))
+    }
+}
+
+/// One plain-HTTP GET of `path` from `addr`, connect and reads bounded by `limit`.
+pub fn http_get(addr: SocketAddr, path: &str, limit: Duration) -> std::io::Result<HttpResponse> {
+    let mut stream = TcpStream::connect_timeout(&addr, limit)?;
+    stream.set_read_timeout(Some(limit))?;
+    http_get_over(&mut stream, path, None)
+}
+
+/// Sends one HTTP/1.1 GET with `Connection: close` (and a bearer `token`) on `stream`, which
+/// may be plain TCP, TLS or a socket made in another network namespace, and reads the whole
+/// response.
+pub fn http_get_over(
+    stream: &mut (impl Read + Write),
+    path: &str,
+    token: Option<&str>,
+) -> std::io::Result<HttpResponse> {
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes())?;
+    let mut raw = Vec::new();
+    match stream.read_to_end(&mut raw) {
+        Ok(_) => {}
+        // rustls reports a peer that closes without close_notify as UnexpectedEof.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(e),
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("not HTTP: {text:?}")))?;
+    Ok(HttpResponse {
+        status,
+        headers: head.to_string(),
+        body: body.to_string(),
+    })
+}
+
+/// A rustls client trusting only the CA in `ca_path`, offering `alpn`.
+pub fn client_config(ca_path: &Path, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    let pem = std::fs::read(ca_path).expect("read ca.crt");
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        let cert: CertificateDer<'static> = cert.expect("parse ca.crt");
+        roots.add(cert).expect("add CA");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(config)
 }
 
 /// Installs rustls' ring provider as the process default (kube-rs needs one).
@@ -323,19 +510,10 @@ pub struct Api {
 impl Api {
     pub fn new(addr: SocketAddr, ca_path: &Path, token: Option<String>) -> Api {
         install_crypto_provider();
-        let pem = std::fs::read(ca_path).expect("read ca.crt");
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-            let cert: CertificateDer<'static> = cert.expect("parse ca.crt");
-            roots.add(cert).expect("add CA");
-        }
-        let config = rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
         Api {
             addr,
             token,
-            tls: TlsConnector::from(Arc::new(config)),
+            tls: TlsConnector::from(client_config(ca_path, &[])),
         }
     }
 

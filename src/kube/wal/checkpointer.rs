@@ -25,6 +25,7 @@ use std::thread::JoinHandle;
 use super::file::{self, Segment, TMP_FILE, WAL_FILE};
 use crate::kube::checkpoint;
 use crate::kube::store::{Store, StoreSnapshot};
+use crate::storage::io::RealIo;
 use crate::storage::{fsutil, zeros};
 
 /// Records appended while a checkpoint is built are also kept in memory; past this many bytes
@@ -199,7 +200,7 @@ impl Checkpointer {
         let tmp = self.dir.join(TMP_FILE);
         let path = self.dir.join(WAL_FILE);
         let prepared = built.and_then(|mut new| {
-            new.append(&file::RealIo, pending, self.chunk)?;
+            new.append(&RealIo, pending, self.chunk)?;
             new.file.sync_all()?;
             fs::rename(&tmp, &path)?;
             Ok(new)

@@ -1,5 +1,5 @@
-//! The file primitives of `objects.wal`: positioned writes and syncs behind a small trait (so
-//! tests can inject failures), zero-filled preallocation, and the data-directory lock.
+//! The file primitives of `objects.wal`: appends through the I/O seam (`storage::io`, where
+//! tests inject failures), zero-filled preallocation, and the data-directory lock.
 //!
 //! The file is grown in zero-filled chunks, so an ordinary append overwrites zeros inside the
 //! file and `fdatasync` has no file-size metadata to journal. Zeros after the last record mean
@@ -7,9 +7,9 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use crate::storage::io::FileIo;
 use crate::storage::zeros;
 
 /// The log itself.
@@ -17,45 +17,10 @@ pub(super) const WAL_FILE: &str = "objects.wal";
 /// A checkpoint being built; renamed over `objects.wal` once complete and durable.
 pub(super) const TMP_FILE: &str = "objects.wal.tmp";
 
-/// Zeros are written in pieces of this size while preallocating.
-const ZERO_PIECE: usize = 1 << 20;
-
-/// The two operations of the append path that can fail in ways the WAL must survive
-/// correctly (by poisoning itself). Tests swap in an implementation that fails on demand.
-pub(crate) trait FileIo: Send + Sync + 'static {
-    fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()>;
-    fn sync_data(&self, file: &File) -> io::Result<()>;
-}
-
-/// The real thing: `pwrite` and `fdatasync`.
-pub(crate) struct RealIo;
-
-impl FileIo for RealIo {
-    fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
-        file.write_all_at(buf, offset)
-    }
-
-    fn sync_data(&self, file: &File) -> io::Result<()> {
-        file.sync_data()
-    }
-}
-
 /// `n` rounded up to a multiple of `chunk` (a chunk of 0 counts as 1).
 pub(super) fn round_up(n: u64, chunk: u64) -> u64 {
     let chunk = chunk.max(1);
     n.div_ceil(chunk) * chunk
-}
-
-/// Writes zeros over `[from, to)`.
-pub(super) fn zero_fill(io: &dyn FileIo, file: &File, from: u64, to: u64) -> io::Result<()> {
-    let zeros = vec![0u8; ZERO_PIECE.min(to.saturating_sub(from) as usize)];
-    let mut at = from;
-    while at < to {
-        let n = (to - at).min(zeros.len() as u64) as usize;
-        io.write_at(file, &zeros[..n], at)?;
-        at += n as u64;
-    }
-    Ok(())
 }
 
 /// The open `objects.wal` (or the checkpoint that is about to replace it).
@@ -122,6 +87,7 @@ pub(super) fn lock_dir(dir: &Path) -> io::Result<DirLock> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::io::RealIo;
 
     /// Appends pad to the page boundary inside the file, never past its end, leave the caller's
     /// buffer as it was, and grow the file by whole chunks.

@@ -16,11 +16,12 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::{mpsc, oneshot};
 
 use super::checkpointer::{Checkpointer, Fatal};
-use super::file::{DirLock, FileIo, Segment};
+use super::file::{DirLock, Segment};
 use crate::kube::mutation::Mutation;
 use crate::kube::object::ObjectRef;
 use crate::kube::store::Store;
 use crate::kube::writer::WriteError;
+use crate::storage::io::FileIo;
 
 /// Requests taken into one batch at most.
 const MAX_BATCH: usize = 1024;

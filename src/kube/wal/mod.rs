@@ -17,7 +17,8 @@
 //! - `flusher`: the group-commit thread (one write and one fdatasync per batch, then apply).
 //! - `recovery`: open, create, replay, torn-tail repair and the corruption policy.
 //! - `checkpointer`: replacing the file by a fresh checkpoint plus recent records.
-//! - `reader`: windowed record reading; `file`: I/O seam, preallocation, directory lock.
+//! - `reader`: windowed record reading; `file`: appends, preallocation, directory lock (the
+//!   I/O seam of the append path is `storage::io`, shared with the Raft log).
 //!
 //! The WAL must be the only thing that applies Mutations to its store: checkpoints rely on
 //! the store's state matching a position in the file.
@@ -36,12 +37,12 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::{mpsc, oneshot};
 
 use self::checkpointer::Checkpointer;
-use self::file::FileIo;
 use self::flusher::{Flusher, Poison, Request};
 use super::checkpoint::MUTATION;
 use super::mutation::{ApplyError, Mutation};
 use super::store::Store;
 use super::writer::{WriteError, WriteFuture, Writer};
+use crate::storage::io::{FileIo, RealIo};
 use crate::storage::record;
 
 /// Tunables of the WAL. Build with `..WalConfig::default()` so new fields stay compatible.
@@ -105,7 +106,7 @@ impl WalWriter {
         store: Arc<Store>,
         config: WalConfig,
     ) -> Result<(WalWriter, ReplayReport), WalError> {
-        Self::open_with_io(data_dir, store, config, Arc::new(file::RealIo))
+        Self::open_with_io(data_dir, store, config, Arc::new(RealIo))
     }
 
     /// `open` with the append path's I/O swapped (tests inject failures through it).

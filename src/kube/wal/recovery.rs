@@ -24,13 +24,14 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::file::{self, FileIo, Segment, TMP_FILE, WAL_FILE};
+use super::file::{self, Segment, TMP_FILE, WAL_FILE};
 use super::reader::{self, Item, RecordReader};
 use super::{ReplayReport, WalError};
 use crate::kube::checkpoint::{self, CHECKPOINT_END, MUTATION};
 use crate::kube::mutation::Mutation;
 use crate::kube::store::Store;
 use crate::storage::fsutil;
+use crate::storage::io::{write_zeros, FileIo};
 use crate::storage::record;
 
 /// Mutations decoded before they are applied under one store lock.
@@ -280,7 +281,7 @@ fn repair_tail(
         dirty_end - end
     );
     let zero_to = file::round_up(dirty_end, 8).min(file_len.max(dirty_end));
-    file::zero_fill(io, file, end, zero_to).map_err(io_err(path))?;
+    write_zeros(io, file, end, zero_to).map_err(io_err(path))?;
     io.sync_data(file).map_err(io_err(path))?;
     Ok(Some(end))
 }

@@ -1,41 +1,24 @@
 //! Fault injection: a failed write or fdatasync poisons the WAL for good, and nothing that
 //! failed is acknowledged.
 
-use std::fs::File;
-use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde_json::json;
 
-use super::file::{FileIo, RealIo};
 use super::{WalConfig, WalWriter};
 use crate::kube::mutation::Mutation;
 use crate::kube::object::ObjectKey;
 use crate::kube::store::{Store, StoreConfig};
 use crate::kube::writer::{WriteError, Writer};
+use crate::storage::io::FaultyIo;
 
-/// Real I/O until told to fail writes or syncs.
-#[derive(Default)]
-struct Faulty {
-    fail_write: AtomicBool,
-    fail_sync: AtomicBool,
-}
-
-impl FileIo for Faulty {
-    fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
-        if self.fail_write.load(Ordering::SeqCst) {
-            return Err(io::Error::other("injected write failure"));
-        }
-        RealIo.write_at(file, buf, offset)
-    }
-
-    fn sync_data(&self, file: &File) -> io::Result<()> {
-        if self.fail_sync.load(Ordering::SeqCst) {
-            // Like a real failed fsync, the data may well be in the page cache.
-            return Err(io::Error::other("injected fdatasync failure"));
-        }
-        RealIo.sync_data(file)
+/// The defaults, but the file grows by 1 MiB instead of 64 MiB: opening a log reads its whole
+/// preallocated tail, which in an unoptimized test build takes seconds for 64 MiB.
+fn small_chunks() -> WalConfig {
+    WalConfig {
+        preallocate_bytes: 1 << 20,
+        ..WalConfig::default()
     }
 }
 
@@ -47,17 +30,12 @@ fn create(name: &str) -> Mutation {
     }
 }
 
-fn poisons_on(fault: fn(&Faulty)) {
+fn poisons_on(fault: fn(&FaultyIo)) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::new(StoreConfig::default()));
-    let faulty = Arc::new(Faulty::default());
-    let (wal, _) = WalWriter::open_with_io(
-        dir.path(),
-        store.clone(),
-        WalConfig::default(),
-        faulty.clone(),
-    )
-    .unwrap();
+    let faulty = Arc::new(FaultyIo::default());
+    let (wal, _) =
+        WalWriter::open_with_io(dir.path(), store.clone(), small_chunks(), faulty.clone()).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -70,8 +48,8 @@ fn poisons_on(fault: fn(&Faulty)) {
         ));
         assert!(wal.is_poisoned());
         // Healthy I/O again, but the WAL never retries: every later write fails too.
-        faulty.fail_write.store(false, Ordering::SeqCst);
-        faulty.fail_sync.store(false, Ordering::SeqCst);
+        faulty.fail_writes.store(false, Ordering::SeqCst);
+        faulty.fail_syncs.store(false, Ordering::SeqCst);
         match wal.write(create("c")).await {
             Err(WriteError::Unavailable(reason)) => assert!(reason.contains("injected")),
             other => panic!("write after poisoning: {other:?}"),
@@ -83,7 +61,7 @@ fn poisons_on(fault: fn(&Faulty)) {
     // After a restart, the acknowledged write is there. (The failed one may or may not be:
     // it was never acknowledged.)
     let store = Arc::new(Store::new(StoreConfig::default()));
-    let (_wal, _) = WalWriter::open(dir.path(), store.clone(), WalConfig::default()).unwrap();
+    let (_wal, _) = WalWriter::open(dir.path(), store.clone(), small_chunks()).unwrap();
     assert!(store
         .get(&ObjectKey::new("configmaps", "default", "a"))
         .is_some());
@@ -94,10 +72,10 @@ fn poisons_on(fault: fn(&Faulty)) {
 
 #[test]
 fn failed_fdatasync_poisons_the_wal() {
-    poisons_on(|f| f.fail_sync.store(true, Ordering::SeqCst));
+    poisons_on(|f| f.fail_syncs.store(true, Ordering::SeqCst));
 }
 
 #[test]
 fn failed_write_poisons_the_wal() {
-    poisons_on(|f| f.fail_write.store(true, Ordering::SeqCst));
+    poisons_on(|f| f.fail_writes.store(true, Ordering::SeqCst));
 }

@@ -31,15 +31,17 @@ impl LogError {
         }
     }
 
+    /// Damage at `offset` of `path`; `reason` is a message or a typed decoding error
+    /// (`format::FormatError`, `storage::record`'s).
     pub(crate) fn corrupt(
         path: impl Into<PathBuf>,
         offset: u64,
-        reason: impl Into<String>,
+        reason: impl std::fmt::Display,
     ) -> Self {
         LogError::Corrupt {
             path: path.into(),
             offset,
-            reason: reason.into(),
+            reason: reason.to_string(),
         }
     }
 }

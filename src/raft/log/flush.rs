@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use super::io::SegmentIo;
 use super::state::State;
 use crate::storage::fsutil::fsync_dir;
+use crate::storage::io::FileIo;
 use crate::storage::zeros;
 
 /// Called once with the outcome of the flush that made its records durable.
@@ -200,7 +200,7 @@ impl PendingWrite {
     /// on failure returns the reason.
     fn write(
         mut self,
-        io: &dyn SegmentIo,
+        io: &dyn FileIo,
         pool: &BufferPool,
         dirty: &mut Vec<(u64, Arc<File>)>,
         written: &mut Option<u64>,
@@ -254,7 +254,7 @@ impl SegmentLengths {
 /// The flushing state, shared by the flush thread and appenders that flush (one at a time).
 pub(crate) struct Flusher {
     state: Arc<RwLock<State>>,
-    io: Arc<dyn SegmentIo>,
+    io: Arc<dyn FileIo>,
     dir: PathBuf,
     pool: Arc<BufferPool>,
     /// Why the log failed for good, once it has.
@@ -272,7 +272,7 @@ pub(crate) struct Flusher {
 impl Flusher {
     pub fn new(
         state: Arc<RwLock<State>>,
-        io: Arc<dyn SegmentIo>,
+        io: Arc<dyn FileIo>,
         dir: PathBuf,
         pool: Arc<BufferPool>,
     ) -> Flusher {

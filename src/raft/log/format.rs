@@ -1,5 +1,10 @@
 //! Encoding and decoding of the log's record payloads (the record types are listed in the
 //! module documentation of `raft::log`) and the names of segment files.
+//!
+//! Decoding reads bytes that already passed their record's checksum, so a payload that does
+//! not decode is damage (or a format this version does not know), never a failed read: the
+//! decoders answer [`FormatError`], which the callers report as corruption at the record's
+//! file and offset (`LogError::Corrupt`).
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +23,28 @@ pub const PURGE: u8 = 21;
 const MAGIC: &[u8; 8] = b"LK8SLOG1";
 /// Bytes of the binary prefix of an ENTRY payload (index, term, leader node).
 pub const ENTRY_PREFIX: usize = 24;
+
+/// Why a record payload does not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("bad segment header (wrong magic or length)")]
+    SegmentHeader,
+    #[error("entry record shorter than its {ENTRY_PREFIX}-byte prefix")]
+    ShortEntry,
+    #[error("{record} record of {len} bytes (expected {expected})")]
+    Length {
+        record: &'static str,
+        len: usize,
+        expected: usize,
+    },
+    #[error("bad {record} JSON: {source}")]
+    Json {
+        record: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("entry {entry} does not match its prefix {prefix}")]
+    PrefixMismatch { entry: LogId, prefix: LogId },
+}
 
 /// The file name of segment `seq`.
 pub fn segment_path(dir: &Path, seq: u64) -> PathBuf {
@@ -68,11 +95,11 @@ pub fn encode_segment_header(out: &mut Vec<u8>, seq: u64, next_index: u64) {
 }
 
 /// The seq a SEGMENT_HEADER payload names.
-pub fn decode_segment_header(payload: &[u8]) -> Result<u64, String> {
+pub fn decode_segment_header(payload: &[u8]) -> Result<u64, FormatError> {
     if payload.len() != 24 || &payload[..8] != MAGIC {
-        return Err("bad segment header (wrong magic or length)".into());
+        return Err(FormatError::SegmentHeader);
     }
-    u64_at(payload, 8).ok_or_else(|| "short segment header".into())
+    u64_at(payload, 8).ok_or(FormatError::SegmentHeader)
 }
 
 /// Appends an ENTRY record; returns its framed length. The JSON is written straight into
@@ -102,20 +129,23 @@ pub(crate) fn write_entry_json(out: &mut Vec<u8>, entry: &Entry) -> Result<(), s
 }
 
 /// The log id of an ENTRY payload, without parsing the entry (for fast replay).
-pub fn entry_log_id(payload: &[u8]) -> Result<LogId, String> {
-    log_id_from(payload).ok_or_else(|| "entry record shorter than its prefix".into())
+pub fn entry_log_id(payload: &[u8]) -> Result<LogId, FormatError> {
+    log_id_from(payload).ok_or(FormatError::ShortEntry)
 }
 
 /// The whole entry of an ENTRY payload.
-pub fn decode_entry(payload: &[u8]) -> Result<Entry, String> {
+pub fn decode_entry(payload: &[u8]) -> Result<Entry, FormatError> {
     let prefix = entry_log_id(payload)?;
-    let entry: Entry = serde_json::from_slice(&payload[ENTRY_PREFIX..])
-        .map_err(|e| format!("bad entry JSON: {e}"))?;
+    let entry: Entry =
+        serde_json::from_slice(&payload[ENTRY_PREFIX..]).map_err(|source| FormatError::Json {
+            record: "entry",
+            source,
+        })?;
     if entry.log_id != prefix {
-        return Err(format!(
-            "entry {} does not match its prefix {prefix}",
-            entry.log_id
-        ));
+        return Err(FormatError::PrefixMismatch {
+            entry: entry.log_id,
+            prefix,
+        });
     }
     Ok(entry)
 }
@@ -125,8 +155,11 @@ pub fn encode_vote(out: &mut Vec<u8>, vote: &Vote) {
     record::encode_into(out, VOTE, &json);
 }
 
-pub fn decode_vote(payload: &[u8]) -> Result<Vote, String> {
-    serde_json::from_slice(payload).map_err(|e| format!("bad vote: {e}"))
+pub fn decode_vote(payload: &[u8]) -> Result<Vote, FormatError> {
+    serde_json::from_slice(payload).map_err(|source| FormatError::Json {
+        record: "vote",
+        source,
+    })
 }
 
 pub fn encode_committed(out: &mut Vec<u8>, committed: &Option<LogId>) {
@@ -134,18 +167,26 @@ pub fn encode_committed(out: &mut Vec<u8>, committed: &Option<LogId>) {
     record::encode_into(out, COMMITTED, &json);
 }
 
-pub fn decode_committed(payload: &[u8]) -> Result<Option<LogId>, String> {
-    serde_json::from_slice(payload).map_err(|e| format!("bad committed id: {e}"))
+pub fn decode_committed(payload: &[u8]) -> Result<Option<LogId>, FormatError> {
+    serde_json::from_slice(payload).map_err(|source| FormatError::Json {
+        record: "committed id",
+        source,
+    })
 }
 
 pub fn encode_truncate(out: &mut Vec<u8>, index: u64) {
     record::encode_into(out, TRUNCATE, &index.to_le_bytes());
 }
 
-pub fn decode_truncate(payload: &[u8]) -> Result<u64, String> {
+pub fn decode_truncate(payload: &[u8]) -> Result<u64, FormatError> {
+    let length = FormatError::Length {
+        record: "truncate",
+        len: payload.len(),
+        expected: 8,
+    };
     match payload.len() {
-        8 => u64_at(payload, 0).ok_or_else(|| "bad truncate".into()),
-        n => Err(format!("truncate record of {n} bytes")),
+        8 => u64_at(payload, 0).ok_or(length),
+        _ => Err(length),
     }
 }
 
@@ -153,11 +194,16 @@ pub fn encode_purge(out: &mut Vec<u8>, log_id: &LogId) {
     record::encode_into(out, PURGE, &log_id_bytes(log_id));
 }
 
-pub fn decode_purge(payload: &[u8]) -> Result<LogId, String> {
+pub fn decode_purge(payload: &[u8]) -> Result<LogId, FormatError> {
+    let length = || FormatError::Length {
+        record: "purge",
+        len: payload.len(),
+        expected: 24,
+    };
     if payload.len() != 24 {
-        return Err(format!("purge record of {} bytes", payload.len()));
+        return Err(length());
     }
-    log_id_from(payload).ok_or_else(|| "bad purge".into())
+    log_id_from(payload).ok_or_else(length)
 }
 
 #[cfg(test)]
@@ -189,6 +235,72 @@ mod tests {
         let name = path.file_name().unwrap().to_str().unwrap();
         assert_eq!(parse_segment_name(name), Some(0x1f));
         assert_eq!(parse_segment_name("0000000000000001.seg.tmp"), None);
+    }
+
+    /// Payloads that passed their checksum but are not what their type says: each decoder
+    /// names what is wrong.
+    #[test]
+    fn undecodable_payloads_are_typed_format_errors() {
+        let mut header = Vec::new();
+        encode_segment_header(&mut header, 5, 1);
+        let Decoded::Record { payload, .. } = record::decode_at(&header, 0) else {
+            panic!("not a record");
+        };
+        assert_eq!(decode_segment_header(payload).unwrap(), 5);
+        let mut wrong_magic = payload.to_vec();
+        wrong_magic[0] ^= 1;
+        assert!(matches!(
+            decode_segment_header(&wrong_magic),
+            Err(FormatError::SegmentHeader)
+        ));
+        assert!(matches!(
+            entry_log_id(&[0; ENTRY_PREFIX - 1]),
+            Err(FormatError::ShortEntry)
+        ));
+        let mut entry = [0u8; ENTRY_PREFIX].to_vec();
+        entry.extend_from_slice(b"{not json");
+        assert!(matches!(
+            decode_entry(&entry),
+            Err(FormatError::Json {
+                record: "entry",
+                ..
+            })
+        ));
+        let other = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), 9),
+            payload: openraft::EntryPayload::Blank,
+        };
+        let mut mismatched = [0u8; ENTRY_PREFIX].to_vec();
+        mismatched.extend_from_slice(&serde_json::to_vec(&other).unwrap());
+        assert!(matches!(
+            decode_entry(&mismatched),
+            Err(FormatError::PrefixMismatch { .. })
+        ));
+        assert!(matches!(
+            decode_vote(b"[]"),
+            Err(FormatError::Json { record: "vote", .. })
+        ));
+        assert!(matches!(
+            decode_committed(b"{"),
+            Err(FormatError::Json { .. })
+        ));
+        assert!(matches!(
+            decode_truncate(&[0; 7]),
+            Err(FormatError::Length {
+                len: 7,
+                expected: 8,
+                ..
+            })
+        ));
+        assert_eq!(decode_truncate(&9u64.to_le_bytes()).unwrap(), 9);
+        assert!(matches!(
+            decode_purge(&[0; 25]),
+            Err(FormatError::Length {
+                len: 25,
+                expected: 24,
+                ..
+            })
+        ));
     }
 
     /// Normal entries are written by hand (`write_entry_json`): the bytes must be exactly

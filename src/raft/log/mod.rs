@@ -41,7 +41,6 @@
 mod error;
 mod flush;
 pub mod format;
-pub mod io;
 mod preallocate;
 mod reader;
 mod recovery;
@@ -49,6 +48,5 @@ mod state;
 mod storage;
 
 pub use error::LogError;
-pub use io::{DelayedIo, FaultyIo, RealIo, SegmentIo};
 pub use reader::LogReader;
 pub use storage::{LogConfig, LogStore};

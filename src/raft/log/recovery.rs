@@ -11,7 +11,6 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -19,6 +18,7 @@ use super::error::LogError;
 use super::format::{self, parse_segment_name, segment_path};
 use super::state::{SegmentInfo, Slot, State};
 use crate::storage::fsutil::fsync_dir;
+use crate::storage::io::{self, RealIo};
 use crate::storage::record::{self, Decoded};
 
 /// Replays the log in `dir` (created if missing).
@@ -119,7 +119,8 @@ fn replay_segment(
             payload,
             ..
         } => {
-            let named = format::decode_segment_header(payload).map_err(|r| corrupt(0, r))?;
+            let named = format::decode_segment_header(payload)
+                .map_err(|e| LogError::corrupt(path, 0, e))?;
             if named != seq {
                 return Err(corrupt(0, format!("header names segment {named}")));
             }
@@ -188,16 +189,9 @@ fn cut_tail(path: &Path, buf: &[u8], offset: usize, reason: &str) -> Result<(), 
         .write(true)
         .open(path)
         .map_err(|e| LogError::io(path, e))?;
-    let end = buf.len();
-    let zeros = vec![0u8; (end - offset).min(1 << 20)];
-    let mut at = offset;
-    while at < end {
-        let n = (end - at).min(zeros.len());
-        file.write_all_at(&zeros[..n], at as u64)
-            .map_err(|e| LogError::io(path, e))?;
-        at += n;
-    }
-    file.sync_data().map_err(|e| LogError::io(path, e))
+    io::write_zeros(&RealIo, &file, offset as u64, buf.len() as u64)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| LogError::io(path, e))
 }
 
 fn apply(
@@ -210,10 +204,11 @@ fn apply(
     len: usize,
 ) -> Result<(), LogError> {
     let corrupt = |reason: String| LogError::corrupt(path, offset as u64, reason);
+    let undecodable = |e: format::FormatError| LogError::corrupt(path, offset as u64, e);
     match record_type {
         format::SEGMENT_HEADER if offset == 0 => {}
         format::ENTRY => {
-            let log_id = format::entry_log_id(payload).map_err(corrupt)?;
+            let log_id = format::entry_log_id(payload).map_err(undecodable)?;
             if let Some(info) = state.segments.get_mut(&seq) {
                 info.max_index = Some(info.max_index.map_or(log_id.index, |m| m.max(log_id.index)));
             }
@@ -237,16 +232,16 @@ fn apply(
                 entry: None,
             });
         }
-        format::VOTE => state.vote = Some(format::decode_vote(payload).map_err(corrupt)?),
+        format::VOTE => state.vote = Some(format::decode_vote(payload).map_err(undecodable)?),
         format::COMMITTED => {
-            state.committed = format::decode_committed(payload).map_err(corrupt)?
+            state.committed = format::decode_committed(payload).map_err(undecodable)?
         }
         format::TRUNCATE => {
-            let index = format::decode_truncate(payload).map_err(corrupt)?;
+            let index = format::decode_truncate(payload).map_err(undecodable)?;
             state.truncate_from(index);
         }
         format::PURGE => {
-            let log_id = format::decode_purge(payload).map_err(corrupt)?;
+            let log_id = format::decode_purge(payload).map_err(undecodable)?;
             if state.purged.is_none_or(|p| p.index < log_id.index) {
                 state.purged = Some(log_id);
                 state.purge_upto(log_id.index);

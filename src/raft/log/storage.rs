@@ -18,12 +18,12 @@ use parking_lot::{Mutex, RwLock};
 use super::error::LogError;
 use super::flush::{self, BufferPool, Done, Flusher, Op, Queue, Submitted};
 use super::format::{self, segment_path};
-use super::io::{RealIo, SegmentIo};
 use super::preallocate::Preallocator;
 use super::reader::LogReader;
 use super::recovery;
 use super::state::{SegmentInfo, Slot, State};
 use crate::raft::types::{Entry, LogId, StorageError, TypeConfig, Vote};
+use crate::storage::io::{FileIo, RealIo};
 
 /// Tunables of the log engine.
 #[derive(Clone)]
@@ -33,7 +33,7 @@ pub struct LogConfig {
     /// Bytes of recent encoded entries kept in memory (64 MiB).
     pub cache_bytes: usize,
     /// The I/O used for segment writes and syncs (tests inject failures here).
-    pub io: Arc<dyn SegmentIo>,
+    pub io: Arc<dyn FileIo>,
 }
 
 impl Default for LogConfig {

@@ -1,13 +1,21 @@
-//! The two I/O calls the flush thread makes on segment files, behind a trait so that tests
-//! can inject write and fdatasync failures.
+//! The I/O seam of the two durable logs, `objects.wal` (`kube::wal`) and the Raft log
+//! (`raft::log`): the positioned writes and data syncs of their append paths, behind one trait
+//! so that tests inject write and fdatasync failures (`FaultyIo`) or stall writes
+//! (`DelayedIo`) the same way in both. Each engine holds an `Arc<dyn FileIo>`; the real thing
+//! is `RealIo`. Creating, preallocating and reading files do not go through here: the faults
+//! worth injecting are those of the append path, which the engines must survive by failing
+//! for good (see their module documentation).
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// Positional writes and data syncs of segment files.
-pub trait SegmentIo: Send + Sync + 'static {
+/// Zeros are written in pieces of this size by [`write_zeros`].
+const ZERO_PIECE: usize = 1 << 20;
+
+/// Positional writes and data syncs of log files.
+pub trait FileIo: Send + Sync + 'static {
     fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()>;
     fn sync_data(&self, file: &File) -> io::Result<()>;
 }
@@ -16,7 +24,7 @@ pub trait SegmentIo: Send + Sync + 'static {
 #[derive(Debug, Default)]
 pub struct RealIo;
 
-impl SegmentIo for RealIo {
+impl FileIo for RealIo {
     fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
         file.write_all_at(buf, offset)
     }
@@ -26,7 +34,8 @@ impl SegmentIo for RealIo {
     }
 }
 
-/// Real I/O that fails on demand and counts its writes (tests and fault drills).
+/// Real I/O that fails on demand and counts its writes (tests and fault drills). A failed
+/// sync leaves the written data in the page cache, as a real one may.
 #[derive(Debug, Default)]
 pub struct FaultyIo {
     pub fail_writes: AtomicBool,
@@ -35,7 +44,7 @@ pub struct FaultyIo {
     pub writes: AtomicU64,
 }
 
-impl SegmentIo for FaultyIo {
+impl FileIo for FaultyIo {
     fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
         self.writes.fetch_add(1, Ordering::SeqCst);
         if self.fail_writes.load(Ordering::SeqCst) {
@@ -52,8 +61,23 @@ impl SegmentIo for FaultyIo {
     }
 }
 
+/// Writes zeros over `[from, to)` of `file` through `io`, in pieces of at most 1 MiB (the
+/// repair of a torn tail: a short range, not durable until the caller syncs). Preallocated
+/// space is zero-filled by `storage::zeros::fill` instead.
+pub fn write_zeros(io: &dyn FileIo, file: &File, from: u64, to: u64) -> io::Result<()> {
+    let zeros = vec![0u8; ZERO_PIECE.min(to.saturating_sub(from) as usize)];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(zeros.len() as u64) as usize;
+        io.write_at(file, &zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 /// Real I/O whose writes wait first while a control file exists, for as many milliseconds as
-/// it holds (`LITEK8S_FAILPOINT_LOG_WRITE_DELAY_FILE`, see `cluster::node`). A test stalls a
+/// it holds (the Raft log's under the fail point `raft_log::write_delay` of
+/// `crate::failpoints`). A test stalls a
 /// leader's log this way and checks that it acknowledges nothing meanwhile; another holds one
 /// flush up to show that appends queue behind it. The file is read at every write; an
 /// unreadable or unparsable file means no delay.
@@ -71,7 +95,7 @@ impl DelayedIo {
     }
 }
 
-impl SegmentIo for DelayedIo {
+impl FileIo for DelayedIo {
     fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
         if let Some(delay) = self.delay() {
             std::thread::sleep(delay);
