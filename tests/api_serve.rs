@@ -680,21 +680,6 @@ async fn namespace_deletion_waits_for_its_finalizers() {
     assert_eq!(code, StatusCode::NOT_FOUND);
 }
 
-/// Polls `check` after each store change (a guard timeout only stops a broken test).
-async fn wait_until<T>(h: &Harness, check: impl Fn(&Harness) -> Option<T>) -> T {
-    let mut versions = h.ctx.store.applied_versions();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            if let Some(v) = check(h) {
-                return v;
-            }
-            let _ = tokio::time::timeout(Duration::from_millis(200), versions.changed()).await;
-        }
-    })
-    .await
-    .expect("condition never held")
-}
-
 #[tokio::test]
 async fn services_secrets_and_status() {
     let h = harness().await;
