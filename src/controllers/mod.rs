@@ -20,6 +20,9 @@
 //!   (PodDisruptionBudget status), [`namespace`] (deleted namespaces emptied),
 //!   [`garbage_collector`] (owner references and propagation policies); [`taints`]:
 //!   taints and tolerations.
+//! - [`claim`]: adopting and releasing objects by selector and controller reference;
+//!   [`pod_control`]: pods from templates, with events and slow-start batches;
+//!   [`template`]: pod template hashes and comparison.
 //!
 //! Every write goes through the in-process client (`crate::client`), so controllers' writes
 //! get the API's defaults, validation and managedFields, and fail on a deposed leader.
@@ -28,6 +31,7 @@ pub mod bootstrap;
 pub mod disruption;
 pub mod endpoints;
 pub mod event_ttl;
+pub mod claim;
 pub mod events;
 pub mod garbage_collector;
 pub mod informer;
@@ -37,12 +41,16 @@ pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod objects;
 pub mod pod_gc;
+pub mod pod_control;
 pub mod queue;
 pub mod root_ca;
 pub mod runner;
 pub mod service_account;
 pub mod taint_eviction;
 pub mod taints;
+pub mod template;
+#[cfg(test)]
+pub mod test_env;
 pub mod worker;
 
 use crate::client::Client;
