@@ -12,13 +12,14 @@
 //!   [`objects`]: selectors, owner references, pod conditions and times read from objects.
 //! - [`leader_lease`]: the `kube-controller-manager` and `kube-scheduler` Leases;
 //!   [`bootstrap`]: the system namespaces and the `kubernetes` Service and endpoints.
-//! - Controllers, one file each: [`service_account`] (`default` in every namespace),
+//! - Controllers, one file or folder each: [`service_account`] (`default` in every namespace),
 //!   [`root_ca`] (`kube-root-ca.crt` in every namespace), [`event_ttl`] (Events expire),
 //!   [`node_lifecycle`] (silent nodes, taints from conditions), [`node_ipam`] (pod CIDRs), [`taint_eviction`] (pods
 //!   leave NoExecute-tainted nodes), [`pod_gc`] (terminated and orphaned pods),
 //!   [`endpoints`] (EndpointSlices and Endpoints of Services), [`disruption`]
 //!   (PodDisruptionBudget status), [`namespace`] (deleted namespaces emptied),
-//!   [`garbage_collector`] (owner references and propagation policies); [`taints`]:
+//!   [`garbage_collector`] (owner references and propagation policies), [`replicaset`]
+//!   (ReplicaSets and ReplicationControllers); [`taints`]:
 //!   taints and tolerations.
 //! - [`claim`]: adopting and releasing objects by selector and controller reference;
 //!   [`pod_control`]: pods from templates, with events and slow-start batches;
@@ -28,10 +29,10 @@
 //! get the API's defaults, validation and managedFields, and fail on a deposed leader.
 
 pub mod bootstrap;
+pub mod claim;
 pub mod disruption;
 pub mod endpoints;
 pub mod event_ttl;
-pub mod claim;
 pub mod events;
 pub mod garbage_collector;
 pub mod informer;
@@ -40,9 +41,10 @@ pub mod namespace;
 pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod objects;
-pub mod pod_gc;
 pub mod pod_control;
+pub mod pod_gc;
 pub mod queue;
+pub mod replicaset;
 pub mod root_ca;
 pub mod runner;
 pub mod service_account;

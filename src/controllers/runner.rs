@@ -30,6 +30,7 @@ use super::node_ipam::NodeIpam;
 use super::node_lifecycle::NodeLifecycle;
 use super::pod_gc::PodGc;
 use super::queue::WorkQueue;
+use super::replicaset::{ReplicaSets, ReplicationControllers};
 use super::root_ca::RootCaPublisher;
 use super::service_account::ServiceAccounts;
 use super::taint_eviction::TaintEviction;
@@ -123,6 +124,8 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<Disruption>(builder),
         launch::<Namespaces>(builder),
         launch::<GarbageCollector>(builder),
+        launch::<ReplicaSets>(builder),
+        launch::<ReplicationControllers>(builder),
     ]
 }
 
