@@ -19,8 +19,8 @@
 //!   [`endpoints`] (EndpointSlices and Endpoints of Services), [`disruption`]
 //!   (PodDisruptionBudget status), [`namespace`] (deleted namespaces emptied),
 //!   [`garbage_collector`] (owner references and propagation policies), [`replicaset`]
-//!   (ReplicaSets and ReplicationControllers); [`taints`]:
-//!   taints and tolerations.
+//!   (ReplicaSets and ReplicationControllers), [`deployment`]
+//!   (Deployments); [`taints`]: taints and tolerations.
 //! - [`claim`]: adopting and releasing objects by selector and controller reference;
 //!   [`pod_control`]: pods from templates, with events and slow-start batches;
 //!   [`template`]: pod template hashes and comparison.
@@ -30,6 +30,7 @@
 
 pub mod bootstrap;
 pub mod claim;
+pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
 pub mod event_ttl;

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::bootstrap::{self, ApiServers};
+use super::deployment::Deployments;
 use super::disruption::Disruption;
 use super::endpoints::Endpoints;
 use super::event_ttl::EventTtl;
@@ -126,6 +127,7 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<GarbageCollector>(builder),
         launch::<ReplicaSets>(builder),
         launch::<ReplicationControllers>(builder),
+        launch::<Deployments>(builder),
     ]
 }
 
