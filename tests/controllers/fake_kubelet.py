@@ -176,10 +176,13 @@ class Kubelet:
         if phase in ("Succeeded", "Failed"):
             return
         ann = pod.metadata.annotations or {}
+        current_ready = any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or [])) if pod.status else False
         with self.lock:
             first = uid not in self.started
             if first:
-                self.started[uid] = time.monotonic()
+                # A pod already Ready ran under an earlier kubelet (this one was restarted):
+                # its timers ran out long ago, so it stays Ready.
+                self.started[uid] = time.monotonic() - (1e6 if current_ready else 0)
             started = self.started[uid]
         elapsed = time.monotonic() - started
         if "test.litek8s.dev/exit-code" in ann:
@@ -191,7 +194,6 @@ class Kubelet:
         ready = ann.get("test.litek8s.dev/ready", "true") != "false"
         if "test.litek8s.dev/ready-after-seconds" in ann:
             ready = ready and elapsed >= float(ann["test.litek8s.dev/ready-after-seconds"])
-        current_ready = any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or [])) if pod.status else False
         if phase != "Running" or current_ready != ready:
             self.patch_status(pod, self.pod_status(pod, "Running", ready))
 
