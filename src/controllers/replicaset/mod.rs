@@ -329,6 +329,20 @@ impl<F: Flavor> Replicas<F> {
                 };
                 return Err(failed(FAILED_CREATE, e));
             };
+            // Pods the selector would not find again would be created on every reconcile
+            // (the API refuses such owners; a ReplicationController's map is not checked).
+            let selected = F::selector(owner)
+                .ok()
+                .flatten()
+                .is_some_and(|s| s.matches(&objects::labels_of(template)));
+            if !selected {
+                let e = ClientError::Status {
+                    code: 422,
+                    reason: "Invalid".into(),
+                    message: "`selector` does not match template `labels`".into(),
+                };
+                return Err(failed(FAILED_CREATE, e));
+            }
             let reference = objects::new_controller_ref(owner, &info.api_version(), info.kind);
             let (_, error) = pod_control::slow_start_batch(count, 1, || async {
                 match self

@@ -330,3 +330,21 @@ async fn replication_controllers_select_with_a_map() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_owner_whose_selector_misses_its_template_creates_nothing() {
+    let env = Env::new(NS).await;
+    let (controller, _queue) = env.start::<ReplicaSets>();
+    env.create(replicasets(), NS, rs("web", 2)).await;
+    let stored = env.client.get(replicasets(), NS, "web").unwrap();
+    // The API refuses such owners; the controller does not rely on it.
+    let mut owner = stored.value();
+    owner["spec"]["template"]["metadata"]["labels"] = json!({"app": "other"});
+    let snapshot = env.client.store().snapshot();
+    let (failure, _) = controller
+        .manage(&stored, &owner, &[], &snapshot)
+        .await
+        .unwrap_err();
+    assert!(failure.message.contains("does not match"), "{}", failure.message);
+    assert!(env.list(pods_info(), NS).is_empty());
+}
