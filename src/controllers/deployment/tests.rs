@@ -549,3 +549,37 @@ async fn a_deployment_adopts_an_orphan_replica_set_but_not_another_owners() {
     assert_eq!(env.list(replicasets(), NS).len(), 2);
     assert_eq!(revision(&env.get(replicasets(), NS, "orphan")), "1");
 }
+
+#[tokio::test]
+async fn min_ready_seconds_and_zero_replicas_reach_the_replica_set() {
+    let mut object = web(0, rolling(json!(1), json!(0)));
+    object["spec"]["minReadySeconds"] = json!(5);
+    let world = World::new(object).await;
+    world.step().await;
+    world.step().await;
+    let sets = world.replica_sets();
+    assert_eq!(sets.len(), 1);
+    assert_eq!(
+        (
+            sets[0]["spec"]["replicas"].as_i64(),
+            sets[0]["spec"]["minReadySeconds"].as_i64()
+        ),
+        (Some(0), Some(5))
+    );
+    assert!(world.complete());
+    // A new minReadySeconds is carried to the existing ReplicaSet without a rollout.
+    world
+        .patch(json!({"spec": {"minReadySeconds": 0, "replicas": 1}}))
+        .await;
+    world.step().await;
+    world.step().await;
+    let sets = world.replica_sets();
+    assert_eq!(sets.len(), 1);
+    assert_eq!(
+        (
+            sets[0]["spec"]["replicas"].as_i64(),
+            sets[0]["spec"]["minReadySeconds"].as_i64()
+        ),
+        (Some(1), Some(0))
+    );
+}

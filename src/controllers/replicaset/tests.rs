@@ -345,6 +345,10 @@ async fn an_owner_whose_selector_misses_its_template_creates_nothing() {
         .manage(&stored, &owner, &[], &snapshot)
         .await
         .unwrap_err();
-    assert!(failure.message.contains("does not match"), "{}", failure.message);
+    assert!(
+        failure.message.contains("does not match"),
+        "{}",
+        failure.message
+    );
     assert!(env.list(pods_info(), NS).is_empty());
 }

@@ -116,6 +116,12 @@ restarted=$(new_rs web)
 expect_grep "$T restart: new ReplicaSet with restartedAt in its template" '^true$' \
     "$([ "$restarted" != "$third" ] && jq_of rs "$restarted" -n "$NS" -- '.spec.template.metadata.annotations | has("kubectl.kubernetes.io/restartedAt")')"
 
+# --- settled: the controllers write nothing more (no reconcile loop)
+versions() { echo "$(jq_of deployment web -n "$NS" -- '.metadata.resourceVersion') $(jq_of rs -n "$NS" -l app=web -- '[.items[].metadata.resourceVersion] | join(",")')"; }
+before=$(versions)
+sleep 2
+expect_grep "$T settled: no writes to the Deployment or its ReplicaSets for 2 s" "^$before$" "$(versions)"
+
 # --- revisionHistoryLimit: old empty ReplicaSets beyond it are deleted
 k patch deployment web -n "$NS" -p '{"spec":{"revisionHistoryLimit":1}}' >/dev/null
 wait_until "$T revisionHistoryLimit 1: one old ReplicaSet kept" 20 equals 2 rs_count web
