@@ -28,6 +28,26 @@ async fn post(api: &Api, path: &str, body: Value) -> Resp {
     call(api, "POST", path, Some("application/json"), &body).await
 }
 
+/// GETs `get_path`, changes the object with `edit` and PUTs it to `put_path`, again after a
+/// conflict: the control plane writes the same objects (a Deployment's status and revision
+/// annotation) while the test runs.
+async fn read_modify_write(
+    api: &Api,
+    get_path: &str,
+    put_path: &str,
+    edit: impl Fn(&mut Value),
+) -> Resp {
+    for _ in 0..50 {
+        let mut object = call(api, "GET", get_path, None, &Value::Null).await.json();
+        edit(&mut object);
+        let put = call(api, "PUT", put_path, Some("application/json"), &object).await;
+        if put.status != 409 {
+            return put;
+        }
+    }
+    panic!("PUT {put_path}: still conflicting after 50 attempts");
+}
+
 fn template(labels: Value) -> Value {
     json!({"metadata": {"labels": labels},
            "spec": {"containers": [{"name": "c", "image": "nginx:1.25"}]}})
@@ -327,15 +347,10 @@ async fn kinds_defaults_subresources_and_validation() {
     let d = call(&api, "GET", &deploy, None, &Value::Null).await.json();
     assert_eq!(d["spec"]["replicas"], 4);
     assert_eq!(d["metadata"]["generation"], 2);
-    let mut put = patched.json();
-    put["spec"]["replicas"] = json!(2);
-    let put = call(
-        &api,
-        "PUT",
-        &format!("{deploy}/scale"),
-        Some("application/json"),
-        &put,
-    )
+    let scale_path = format!("{deploy}/scale");
+    let put = read_modify_write(&api, &scale_path, &scale_path, |scale| {
+        scale["spec"]["replicas"] = json!(2);
+    })
     .await;
     assert_eq!(
         (put.status, put.json()["spec"]["replicas"].clone()),
@@ -391,36 +406,33 @@ async fn kinds_defaults_subresources_and_validation() {
     assert_eq!(no_scale.status, 404);
 
     // status: the main resource ignores status, /status ignores everything else.
-    let mut with_status = call(&api, "GET", &deploy, None, &Value::Null).await.json();
-    with_status["status"] = json!({"replicas": 7, "observedGeneration": 3});
-    let main = call(&api, "PUT", &deploy, Some("application/json"), &with_status)
-        .await
-        .json();
-    assert!(main["status"].get("replicas").is_none(), "{main}");
-    with_status["metadata"]["resourceVersion"] = main["metadata"]["resourceVersion"].clone();
-    with_status["spec"]["replicas"] = json!(9);
-    let status = call(
-        &api,
-        "PUT",
-        &format!("{deploy}/status"),
-        Some("application/json"),
-        &with_status,
-    )
+    let main = read_modify_write(&api, &deploy, &deploy, |d| {
+        d["status"] = json!({"replicas": 7, "observedGeneration": 3});
+    })
+    .await
+    .json();
+    assert_ne!(main["status"]["replicas"], 7, "{main}");
+    let status = read_modify_write(&api, &deploy, &format!("{deploy}/status"), |d| {
+        d["status"] = json!({"replicas": 7, "observedGeneration": 3});
+        d["spec"]["replicas"] = json!(9);
+    })
     .await
     .json();
     assert_eq!(status["status"]["replicas"], 7);
     assert_eq!(status["spec"]["replicas"], 2);
 
     // A PUT that leaves out defaulted fields gets them back and is no spec change.
-    let mut bare = call(&api, "GET", &deploy, None, &Value::Null).await.json();
-    let generation = bare["metadata"]["generation"].clone();
-    if let Some(spec) = bare["spec"].as_object_mut() {
-        spec.remove("strategy");
-        spec.remove("revisionHistoryLimit");
-    }
-    let put = call(&api, "PUT", &deploy, Some("application/json"), &bare)
-        .await
-        .json();
+    let generation = call(&api, "GET", &deploy, None, &Value::Null).await.json()["metadata"]
+        ["generation"]
+        .clone();
+    let put = read_modify_write(&api, &deploy, &deploy, |bare| {
+        if let Some(spec) = bare["spec"].as_object_mut() {
+            spec.remove("strategy");
+            spec.remove("revisionHistoryLimit");
+        }
+    })
+    .await
+    .json();
     assert_eq!(put["spec"]["strategy"]["type"], "RollingUpdate", "{put}");
     assert_eq!(put["spec"]["revisionHistoryLimit"], 10);
     assert_eq!(put["metadata"]["generation"], generation);

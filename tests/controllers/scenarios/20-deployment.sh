@@ -32,7 +32,8 @@ rollout_ok() { # LABEL NAME
 
 # hashes NAME: the pod-template-hash labels of the deployment's active pods, sorted, unique.
 hashes() { jq_of pods -n "$NS" -l "app=$1" -- '[.items[] | select(.metadata.deletionTimestamp == null) | .metadata.labels["pod-template-hash"]] | unique | join(",")'; }
-new_rs() { jq_of deployment "$1" -n "$NS" -- '.metadata.name' >/dev/null; jq_of rs -n "$NS" -l "app=$1" -- "[.items[] | select(.spec.replicas > 0) | .metadata.name] | join(\",\")"; }
+# new_rs NAME: the deployment's ReplicaSets with replicas (after a rollout: the new one).
+new_rs() { jq_of rs -n "$NS" -l "app=$1" -- "[.items[] | select(.spec.replicas > 0) | .metadata.name] | join(\",\")"; }
 rs_count() { jq_of rs -n "$NS" -l "app=$1" -- '.items | length'; }
 condition() { jq_of deployment "$1" -n "$NS" -- ".status.conditions[] | select(.type == \"$2\") | \"\(.status) \(.reason)\""; }
 
