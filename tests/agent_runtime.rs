@@ -115,15 +115,40 @@ fn missing_tools() -> Vec<String> {
             missing.push(tool.into());
         }
     }
-    for (path, what) in [
-        ("/usr/lib/cni/bridge", "containernetworking-plugins"),
-        ("/bin/busybox", "busybox-static"),
-    ] {
-        if !Path::new(path).exists() {
-            missing.push(what.into());
-        }
+    if !Path::new("/usr/lib/cni/bridge").exists() {
+        missing.push("containernetworking-plugins".into());
+    }
+    if !is_static_elf(Path::new("/bin/busybox")) {
+        missing.push("busybox-static (a /bin/busybox that needs no shared libraries)".into());
     }
     missing
+}
+
+/// An ELF file without a program interpreter (PT_INTERP): it runs in an empty root
+/// filesystem.
+fn is_static_elf(path: &Path) -> bool {
+    let Ok(elf) = std::fs::read(path) else {
+        return false;
+    };
+    let u16_at = |o: usize| {
+        elf.get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+    };
+    let u64_at = |o: usize| {
+        elf.get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
+    };
+    if !elf.starts_with(b"\x7fELF\x02\x01") {
+        return false; // only little-endian 64-bit ELF is expected here
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
+    else {
+        return false;
+    };
+    (0..phnum).all(|i| {
+        let at = phoff + i * phentsize;
+        elf.get(at..at + 4) != Some(&3u32.to_le_bytes()[..])
+    })
 }
 
 impl Lab {
@@ -863,4 +888,16 @@ async fn adoption_child() {
     println!("READY {} {running} {exited}", pod.uid);
     std::io::stdout().flush().unwrap();
     tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[test]
+fn the_static_binary_check_tells_static_from_dynamic() {
+    assert!(
+        !is_static_elf(Path::new("/bin/ls")),
+        "ls needs the dynamic loader"
+    );
+    assert!(!is_static_elf(Path::new("/etc/hostname")));
+    if Path::new("/bin/busybox").exists() && std::env::var(SKIP_ENV).as_deref() != Ok("1") {
+        assert!(is_static_elf(Path::new("/bin/busybox")));
+    }
 }

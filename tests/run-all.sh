@@ -84,6 +84,13 @@ command -v cargo >/dev/null || {
     echo "0 passed, 1 failed"
     exit 1
 }
+# The container runtime tests (tests/agent_runtime.rs): an OCI runtime, conmon, the CNI
+# plugins, a static busybox for the test root filesystem, ip.
+command -v runc >/dev/null || command -v crun >/dev/null || missing+=(runc)
+command -v conmon >/dev/null || missing+=(conmon)
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
+command -v ip >/dev/null || missing+=(iproute2)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing Debian packages: ${missing[*]}"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
