@@ -746,6 +746,49 @@ async fn host_network_pods_use_the_hosts_namespaces() {
     lab.sandboxes.teardown(&pod).await.unwrap();
 }
 
+#[tokio::test]
+async fn the_relist_reports_a_start_and_a_death() {
+    use litek8s::agent::runtime::pleg::{self, EventKind};
+    let Some(lab) = Lab::new() else { return };
+    let runtime = std::sync::Arc::new(lab.dirs.runtime());
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let relist = tokio::spawn(pleg::run(
+        runtime.clone(),
+        Duration::from_millis(100),
+        tx,
+        stop.clone(),
+    ));
+    let pod = lab.pod("pleg");
+    let sandbox = lab.sandbox(&pod).await;
+    let cfg = lab.container(&pod, "brief", "sleep 1");
+    let id = runtime.run(&cfg, &sandbox.pod_sandbox()).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.last() != Some(&EventKind::Died) {
+        let e = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("an event within 10 s")
+            .unwrap();
+        assert_eq!(
+            (e.pod_uid.as_str(), e.container_id.as_str()),
+            (pod.uid.as_str(), id.as_str())
+        );
+        seen.push(e.kind);
+    }
+    // A relist may also catch it created (`Changed`) before it starts.
+    seen.retain(|k| *k != EventKind::Changed);
+    assert_eq!(seen, [EventKind::Started, EventKind::Died]);
+    runtime.remove(&id).await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.kind, EventKind::Removed);
+    stop.cancel();
+    relist.await.unwrap();
+    lab.sandboxes.teardown(&pod).await.unwrap();
+}
+
 // ---------------------------------------------------------------------------------------
 // Adoption after the agent is SIGKILLed: a child process (this test binary, running the
 // ignored test below) plays the agent.

@@ -16,6 +16,7 @@
 //! - `command`: `start`, `kill`, `delete`, `state` on the runtime's command line.
 //! - `container`: the record on disk and the state derived from it.
 //! - `layout`: where all of it lives; `logs`: reading the CRI log files.
+//! - `pleg`: the 1 s relist that turns state changes into per-pod events.
 
 mod command;
 mod conmon;
@@ -25,6 +26,7 @@ mod error;
 mod layout;
 pub mod logs;
 pub mod oci;
+pub mod pleg;
 pub mod spec;
 
 use std::collections::BTreeMap;
