@@ -417,6 +417,8 @@ impl Runtime {
     /// Removes a pod's log directory (when the pod is gone).
     pub fn remove_pod_logs(&self, pod: &PodRef) -> Result<(), RuntimeError> {
         path_component("pod uid", &pod.uid)?;
+        path_component("pod namespace", &pod.namespace)?;
+        path_component("pod name", &pod.name)?;
         let dir = self.layout.pod_log_dir(pod);
         crate::storage::fsutil::remove_dir_if_present(&dir)
             .map_err(|e| RuntimeError::io(format!("remove {}", dir.display()), e))

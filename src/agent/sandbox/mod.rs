@@ -88,10 +88,12 @@ pub struct SandboxSpec {
 }
 
 impl SandboxSpec {
-    /// A pod on the pod network with nothing special.
+    /// A pod on the pod network with nothing special; its hostname is its name, cut to 63
+    /// characters without a trailing `-` or `.` (kubelet's rule).
     pub fn new(pod: PodRef) -> Self {
+        let hostname: String = pod.name.chars().take(63).collect();
         SandboxSpec {
-            hostname: pod.name.chars().take(63).collect(),
+            hostname: hostname.trim_end_matches(['-', '.']).to_string(),
             pod,
             subdomain: None,
             host_network: false,
@@ -493,5 +495,71 @@ fn attachment<'a>(
             ("K8S_POD_UID".into(), pod.uid.clone()),
         ],
         port_mappings: ports,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostnames_follow_kubelets_truncation() {
+        let pod = |name: &str| PodRef {
+            uid: "u".into(),
+            namespace: "default".into(),
+            name: name.into(),
+        };
+        assert_eq!(SandboxSpec::new(pod("web-0")).hostname, "web-0");
+        let long = format!("{}-{}", "a".repeat(62), "b".repeat(10));
+        assert_eq!(SandboxSpec::new(pod(&long)).hostname, "a".repeat(62));
+    }
+
+    #[test]
+    fn the_runtime_view_joins_own_namespaces_only() {
+        let mut s = Sandbox {
+            pod: PodRef {
+                uid: "u".into(),
+                namespace: "default".into(),
+                name: "p".into(),
+            },
+            hostname: "p".into(),
+            host_network: false,
+            host_ipc: false,
+            host_pid: false,
+            ips: vec!["10.42.0.9".parse().unwrap()],
+            network: None,
+            created_at: SystemTime::UNIX_EPOCH,
+            dir: "/n/pods/u".into(),
+        };
+        let v = s.pod_sandbox();
+        assert_eq!(v.network, NamespaceMode::Join("/n/pods/u/netns".into()));
+        assert_eq!(v.uts, NamespaceMode::Join("/n/pods/u/utsns".into()));
+        assert_eq!(v.ipc, NamespaceMode::Join("/n/pods/u/ipcns".into()));
+        assert_eq!(v.shm.as_deref(), Some(Path::new("/n/pods/u/shm")));
+        assert_eq!(v.hosts.as_deref(), Some(Path::new("/n/pods/u/etc-hosts")));
+        s.host_network = true;
+        s.host_ipc = true;
+        let v = s.pod_sandbox();
+        assert_eq!(
+            (v.network, v.uts, v.ipc),
+            (
+                NamespaceMode::Host,
+                NamespaceMode::Host,
+                NamespaceMode::Host
+            )
+        );
+        assert_eq!(v.shm.as_deref(), Some(Path::new("/dev/shm")));
+        assert!(s.netns().is_none());
+    }
+
+    #[test]
+    fn uids_cannot_escape_the_pods_directory() {
+        let sandboxes = Sandboxes::new(SandboxSettings::new(Path::new("/nonexistent")), None);
+        for bad in ["", ".", "..", "a/b"] {
+            assert!(
+                matches!(sandboxes.load(bad), Err(SandboxError::Invalid(_))),
+                "{bad:?}"
+            );
+        }
     }
 }
