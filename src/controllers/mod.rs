@@ -30,6 +30,7 @@
 
 pub mod bootstrap;
 pub mod claim;
+pub mod cronjob;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
