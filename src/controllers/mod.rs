@@ -24,6 +24,8 @@
 //! - [`claim`]: adopting and releasing objects by selector and controller reference;
 //!   [`pod_control`]: pods from templates, with events and slow-start batches;
 //!   [`template`]: pod template hashes and comparison.
+//! - [`job`]: Jobs run their pods to completion; [`cronjob`]: CronJobs make Jobs on a
+//!   schedule.
 //!
 //! Every write goes through the in-process client (`crate::client`), so controllers' writes
 //! get the API's defaults, validation and managedFields, and fail on a deposed leader.
@@ -38,6 +40,7 @@ pub mod event_ttl;
 pub mod events;
 pub mod garbage_collector;
 pub mod informer;
+pub mod job;
 pub mod leader_lease;
 pub mod namespace;
 pub mod node_ipam;

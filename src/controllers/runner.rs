@@ -26,6 +26,7 @@ use super::endpoints::Endpoints;
 use super::event_ttl::EventTtl;
 use super::garbage_collector::GarbageCollector;
 use super::informer::{Informers, InformersBuilder};
+use super::job::Jobs;
 use super::namespace::Namespaces;
 use super::node_ipam::NodeIpam;
 use super::node_lifecycle::NodeLifecycle;
@@ -128,6 +129,7 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<ReplicaSets>(builder),
         launch::<ReplicationControllers>(builder),
         launch::<Deployments>(builder),
+        launch::<Jobs>(builder),
     ]
 }
 
