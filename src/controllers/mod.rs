@@ -25,7 +25,7 @@
 //!   [`pod_control`]: pods from templates, with events and slow-start batches;
 //!   [`template`]: pod template hashes and comparison.
 //! - [`job`]: Jobs run their pods to completion; [`cronjob`]: CronJobs make Jobs on a
-//!   schedule.
+//!   schedule; [`ttl_after_finished`]: finished Jobs with a TTL are deleted.
 //!
 //! Every write goes through the in-process client (`crate::client`), so controllers' writes
 //! get the API's defaults, validation and managedFields, and fail on a deposed leader.
@@ -58,6 +58,7 @@ pub mod taints;
 pub mod template;
 #[cfg(test)]
 pub mod test_env;
+pub mod ttl_after_finished;
 pub mod worker;
 
 use crate::client::Client;

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::bootstrap::{self, ApiServers};
+use super::cronjob::CronJobs;
 use super::deployment::Deployments;
 use super::disruption::Disruption;
 use super::endpoints::Endpoints;
@@ -36,6 +37,7 @@ use super::replicaset::{ReplicaSets, ReplicationControllers};
 use super::root_ca::RootCaPublisher;
 use super::service_account::ServiceAccounts;
 use super::taint_eviction::TaintEviction;
+use super::ttl_after_finished::TtlAfterFinished;
 use super::worker::{self, Controller};
 use super::{leader_lease, Shared};
 use crate::api::ApiContext;
@@ -130,6 +132,8 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<ReplicationControllers>(builder),
         launch::<Deployments>(builder),
         launch::<Jobs>(builder),
+        launch::<CronJobs>(builder),
+        launch::<TtlAfterFinished>(builder),
     ]
 }
 

@@ -60,7 +60,10 @@ impl Env {
             _dir: dir,
             admin,
             shared,
-            now: Arc::new(Mutex::new(Utc::now())),
+            // Whole seconds, as the API writes times.
+            now: Arc::new(Mutex::new(
+                DateTime::from_timestamp(Utc::now().timestamp(), 0).expect("a valid time"),
+            )),
         }
     }
 
