@@ -3,10 +3,8 @@
 //! `Failed` condition turned true. The Job is queued for its expiry time (`add_after`, no
 //! polling); at that time it is read again from the store, since its TTL may have been changed
 //! or removed, and deleted only if it is still the same Job (uid precondition).
-//!
-//! Upstream deletes with foreground propagation, so the Job goes once its pods are gone;
-//! here the deletion is background (the Job goes at once, its pods are the garbage
-//! collector's to delete), so the Job never waits on a collector that is not there.
+//! The deletion propagates in the foreground, as upstream's: the garbage collector deletes
+//! the Job's pods first, and the Job goes once they are gone.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,7 +112,7 @@ impl Controller for TtlAfterFinished {
             return Ok(Outcome::RequeueAfter(left));
         }
         let options = DeleteOptions {
-            propagation: Some("Background"),
+            propagation: Some("Foreground"),
             uid: Some(stored.uid.clone()),
             ..Default::default()
         };
@@ -191,6 +189,14 @@ mod tests {
         );
         env.advance(25);
         assert_eq!(ttl.reconcile(&key).await.unwrap(), Outcome::Done);
-        assert!(env.get(jobs_info(), "done").is_none());
+        // Deleted in the foreground: held for the garbage collector (not running here).
+        let deleting = env.get(jobs_info(), "done").expect("held by its finalizer");
+        assert!(deleting["metadata"]["deletionTimestamp"].is_string());
+        assert_eq!(
+            deleting["metadata"]["finalizers"],
+            json!(["foregroundDeletion"])
+        );
+        // Nothing more to do for a Job being deleted.
+        assert_eq!(ttl.reconcile(&key).await.unwrap(), Outcome::Done);
     }
 }

@@ -16,7 +16,7 @@ use crate::api::meta::format_time;
 use crate::client::testing::{apiserver_client, wal_context};
 use crate::client::{identities, PatchKind};
 use crate::controllers::informer::InformersBuilder;
-use crate::controllers::{ControllerSettings, Shared};
+use crate::controllers::Shared;
 
 /// A store with namespace `ns`, clients, and a clock the test moves.
 pub(crate) struct Env {
@@ -48,12 +48,7 @@ impl Env {
             scheduler: Client::new(ctx.clone(), identities::scheduler(), "kube-scheduler"),
             apiserver: admin.clone(),
             server_name: "s1".into(),
-            settings: Arc::new(ControllerSettings {
-                event_ttl: Duration::from_secs(3600),
-                ca_cert_pem: String::new(),
-                node_monitor_grace_period: Duration::from_secs(40),
-                terminated_pod_gc_threshold: 0,
-            }),
+            settings: Arc::new(crate::controllers::testing::settings()),
             stop: CancellationToken::new(),
         };
         Env {
