@@ -134,11 +134,14 @@ class Kubelet:
                          "renewTime": t}})
 
     # --- pods
-    def pod_status(self, pod, phase, ready, exit_code=None):
+    def pod_status(self, pod, phase, ready, exit_code=None, keep_ip=False):
         t = rfc3339(now())
-        with self.lock:
-            self.ip_seq += 1
-            ip = f"10.42.{self.ip_seq // 250}.{self.ip_seq % 250 + 2}"
+        if keep_ip and pod.status and pod.status.pod_ip:
+            ip = pod.status.pod_ip
+        else:
+            with self.lock:
+                self.ip_seq += 1
+                ip = f"10.42.{self.ip_seq // 250}.{self.ip_seq % 250 + 2}"
         if pod.status and pod.status.pod_ip:
             ip = pod.status.pod_ip
         node_index = self.nodes.index(pod.spec.node_name)
@@ -169,7 +172,7 @@ class Kubelet:
             # A kubelet stops the containers and reports the pod Failed before it confirms the
             # deletion (Job pods held by a finalizer stay, and must read as failed).
             if not pod.status or pod.status.phase not in ("Succeeded", "Failed"):
-                self.patch_status(pod, self.pod_status(pod, "Failed", False, 137))
+                self.patch_status(pod, self.pod_status(pod, "Failed", False, 137, keep_ip=True))
             try:
                 self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0,
                                                 body=client.V1DeleteOptions(grace_period_seconds=0, preconditions={"uid": uid}))
