@@ -16,8 +16,9 @@
 //!   schedule the same way.
 //! - Next times are found field by field in the schedule's zone, as robfig's `Next` does,
 //!   including its daylight-saving behaviour: a wall time skipped by a spring-forward gap does
-//!   not fire that day, one repeated by a fall-back fires twice, and midnight that does not
-//!   exist moves to the first hour of the day. No time within five years: `None`.
+//!   not fire that day, one repeated by a fall-back fires twice, and a day whose midnight
+//!   does not exist is entered at its first hour (so a midnight schedule skips that day). No
+//!   time within five years: `None`.
 
 use chrono::{DateTime, Datelike, Duration, NaiveDate, Offset, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
