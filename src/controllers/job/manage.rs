@@ -6,6 +6,7 @@
 //! refused stops after the first refusals instead of sending every request.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::join_all;
 use serde_json::Value;
@@ -19,8 +20,11 @@ use super::pods::{
 };
 use super::pods_info;
 use super::sync::{remove_finalizer, Sync};
-use crate::client::{ClientError, DeleteOptions};
+use crate::client::ClientError;
 use crate::controllers::objects::pod_is_ready;
+use crate::controllers::pod_control::{
+    is_namespace_terminating, slow_start_batch, status_text, FAILED_CREATE,
+};
 
 /// Pods created or deleted per sync at most.
 const MAX_CREATE_DELETE: usize = 500;
@@ -169,65 +173,53 @@ impl Sync<'_> {
         remove
     }
 
-    /// Creates pods (one per entry: an index or none), in batches of 1, 2, 4 … so a Job whose
-    /// pods cannot be created stops after the first failures. The number created.
+    /// Creates pods (one per entry: an index or none), in slow-start batches of 1, 2, 4 … so a
+    /// Job whose pods cannot be created stops after the first failures. The number created.
     async fn create_pods(&self, indexes: &[Option<i64>]) -> (i64, Option<ClientError>) {
         let namespace = self.key.namespace.as_str();
         let involved = self.ctl.involved(&self.job);
-        let mut created = 0;
-        let mut next = 0;
-        let mut batch = 1;
-        while next < indexes.len() {
-            let size = batch.min(indexes.len() - next);
-            let bodies: Vec<Value> = indexes[next..next + size]
-                .iter()
-                .map(|ix| {
-                    let failures = match ix {
-                        Some(ix) if self.spec.per_index() => {
-                            Some(self.failures_for_replacement(*ix))
-                        }
-                        _ => None,
-                    };
-                    pods::new_pod(&self.job, *ix, failures)
-                })
-                .collect();
-            let results = join_all(
-                bodies
-                    .iter()
-                    .map(|body| self.ctl.client.create(pods_info(), namespace, body)),
-            )
-            .await;
-            let mut failure = None;
-            for result in results {
-                match result {
+        let bodies: Vec<Value> = indexes
+            .iter()
+            .map(|ix| {
+                let failures = match ix {
+                    Some(ix) if self.spec.per_index() => Some(self.failures_for_replacement(*ix)),
+                    _ => None,
+                };
+                pods::new_pod(&self.job, *ix, failures)
+            })
+            .collect();
+        let next = AtomicUsize::new(0);
+        let (created, error) = slow_start_batch(bodies.len(), 1, || {
+            let body = &bodies[next.fetch_add(1, Ordering::Relaxed)];
+            let involved = &involved;
+            async move {
+                match self.ctl.client.create(pods_info(), namespace, body).await {
                     Ok(pod) => {
-                        created += 1;
                         let name = pods::name(&pod).to_string();
                         self.ctl.recorder.normal(
                             involved.clone(),
                             "SuccessfulCreate",
                             &format!("Created pod: {name}"),
                         );
+                        Ok(())
                     }
-                    // The namespace is going away: nothing more can be created.
-                    Err(e) if e.code() == 403 => return (created, None),
                     Err(e) => {
-                        self.ctl.recorder.warning(
-                            involved.clone(),
-                            "FailedCreate",
-                            &format!("Error creating: {e}"),
-                        );
-                        failure.get_or_insert(e);
+                        if !is_namespace_terminating(&e) {
+                            self.ctl.recorder.warning(
+                                involved.clone(),
+                                FAILED_CREATE,
+                                &format!("Error creating: {}", status_text(&e)),
+                            );
+                        }
+                        Err(e)
                     }
                 }
             }
-            if failure.is_some() {
-                return (created, failure);
-            }
-            next += size;
-            batch *= 2;
-        }
-        (created, None)
+        })
+        .await;
+        // A namespace being deleted refuses every create: nothing is wrong with the Job.
+        let error = error.filter(|e| !is_namespace_terminating(e));
+        (created as i64, error)
     }
 
     /// The failure counts a new pod of index `ix` carries, from the failed pod it replaces.
@@ -249,8 +241,8 @@ impl Sync<'_> {
     }
 
     /// Deletes pods: `release` first removes their finalizer (pods the Job no longer wants
-    /// are not counted), otherwise they keep it and are counted as failed. Returns (ready
-    /// pods deleted, pods deleted, first error).
+    /// are not counted), otherwise they keep it and are counted as failed. A pod already gone
+    /// counts as deleted. Returns (ready pods deleted, pods deleted, first error).
     pub(super) async fn delete_pods(
         &self,
         which: &[usize],
@@ -259,41 +251,17 @@ impl Sync<'_> {
         let namespace = self.key.namespace.as_str();
         let involved = self.ctl.involved(&self.job);
         let results = join_all(which.iter().map(|&i| {
-            let involved = involved.clone();
+            let involved = &involved;
             async move {
                 let pod = &self.pods[i];
                 let name = pods::name(pod);
                 if release && has_tracking_finalizer(pod) {
-                    match remove_finalizer(self.ctl, namespace, name).await {
-                        Ok(()) => {}
-                        Err(e) if e.is_not_found() => return Ok(()),
-                        Err(e) => return Err(e),
-                    }
+                    remove_finalizer(self.ctl, namespace, name).await?;
                 }
-                match self
-                    .ctl
-                    .client
-                    .delete(pods_info(), namespace, name, &DeleteOptions::default())
+                self.ctl
+                    .pod_control
+                    .delete(namespace, name, pods::uid(pod), involved)
                     .await
-                {
-                    Ok(_) => {
-                        self.ctl.recorder.normal(
-                            involved.clone(),
-                            "SuccessfulDelete",
-                            &format!("Deleted pod: {name}"),
-                        );
-                        Ok(())
-                    }
-                    Err(e) if e.is_not_found() => Ok(()),
-                    Err(e) => {
-                        self.ctl.recorder.warning(
-                            involved.clone(),
-                            "FailedDelete",
-                            &format!("Error deleting: {e}"),
-                        );
-                        Err(e)
-                    }
-                }
             }
         }))
         .await;
@@ -302,15 +270,16 @@ impl Sync<'_> {
         let mut error = None;
         for (result, &i) in results.into_iter().zip(which) {
             match result {
-                Ok(()) => {
-                    deleted += 1;
-                    if pod_is_ready(&self.pods[i]) {
-                        ready += 1;
-                    }
-                }
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
                 Err(e) => {
                     error.get_or_insert(e);
+                    continue;
                 }
+            }
+            deleted += 1;
+            if pod_is_ready(&self.pods[i]) {
+                ready += 1;
             }
         }
         (ready, deleted, error)

@@ -7,7 +7,6 @@
 //!
 //! - [`sync`]: one Job's sync and what it decides; [`manage`]: the pods it creates and
 //!   deletes; [`track`]: how finished pods are counted and the final condition.
-//! - [`adopt`]: which pods are the Job's (adoption and release by selector).
 //! - [`pods`]: pod predicates, the deletion order, and new pods from the template.
 //! - [`indexes`]: completion indexes and their interval strings; [`backoff`]: the delay after
 //!   failed pods; [`failure_policy`]: `podFailurePolicy` rules; [`status`]: the status fields
@@ -19,7 +18,6 @@
 //! the tracking finalizer whose Job is gone or finished are released by their own key, and an
 //! orphan pod is offered to the Jobs of its namespace whose selector matches it.
 
-mod adopt;
 mod backoff;
 mod failure_policy;
 mod indexes;
@@ -42,17 +40,21 @@ use serde_json::Value;
 use self::backoff::BackoffRecord;
 use self::pods::has_tracking_finalizer;
 use self::status::is_finished;
+use super::claim::{self, Candidate, RefManager, CONTROLLER_UID_INDEX};
 use super::events::{EventRecorder, Involved};
 use super::informer::{Change, Informers, InformersBuilder, KindCache, ObjectName};
 use super::objects::{controller_ref, label_selector};
+use super::pod_control::PodControl;
 use super::queue::WorkQueue;
 use super::worker::{Controller, Outcome, ReconcileError};
 use super::Shared;
 use crate::client::Client;
 use crate::kube::object::StoredObject;
 use crate::kube::resources::{self, ResourceInfo};
+use crate::kube::selectors::LabelSelector;
 
-pub use self::adopt::CONTROLLER_UID;
+/// The label linking pods to the Job that made them (the generated selector's).
+pub const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
 
 /// Where a controller reads the time (a test swaps it).
 pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
@@ -97,7 +99,9 @@ impl std::fmt::Display for JobKey {
 pub struct Jobs {
     client: Client,
     recorder: EventRecorder,
+    pod_control: PodControl,
     jobs: Arc<KindCache>,
+    pods: Arc<KindCache>,
     queue: WorkQueue<JobKey>,
     /// Failures since the last success, per Job (the pod backoff's memory).
     backoff: parking_lot::Mutex<HashMap<ObjectName, BackoffRecord>>,
@@ -252,6 +256,11 @@ impl Controller for Jobs {
                 }
             }),
         );
+        builder.index(
+            &pods_info().store_key(),
+            CONTROLLER_UID_INDEX,
+            claim::controller_uid_index,
+        );
         let q = queue.clone();
         builder.on_change(
             &pods_info().store_key(),
@@ -260,16 +269,21 @@ impl Controller for Jobs {
     }
 
     fn new(shared: &Shared, informers: &Arc<Informers>, queue: WorkQueue<JobKey>) -> Self {
+        let recorder = EventRecorder::start(
+            shared.controller_manager.clone(),
+            "job-controller",
+            &shared.server_name,
+            shared.stop.clone(),
+        );
         Jobs {
             client: shared.controller_manager.clone(),
-            recorder: EventRecorder::start(
-                shared.controller_manager.clone(),
-                "job-controller",
-                &shared.server_name,
-                shared.stop.clone(),
-            ),
+            pod_control: PodControl::new(shared.controller_manager.clone(), recorder.clone()),
+            recorder,
             jobs: informers
                 .cache(&jobs_info().store_key())
+                .expect("registered in `register`"),
+            pods: informers
+                .cache(&pods_info().store_key())
                 .expect("registered in `register`"),
             queue,
             backoff: Default::default(),
@@ -343,6 +357,36 @@ impl Jobs {
             .map_err(|e| ReconcileError::Invalid(format!("job {key}: selector: {e}")))?
             .ok_or_else(|| ReconcileError::Invalid(format!("job {key} has no selector")))?;
         self.sync_job(key, job, &selector).await
+    }
+
+    /// The Job's pods (upstream's `getPodsForJob`): candidates read from the store (so a pod
+    /// this controller just created is always among them), orphans the selector matches
+    /// adopted with the tracking finalizer, pods that stopped matching released.
+    async fn claim_pods(
+        &self,
+        job: &Value,
+        selector: &LabelSelector,
+    ) -> Result<Vec<Value>, ReconcileError> {
+        let namespace = job
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let owned = self
+            .pods
+            .by_index(CONTROLLER_UID_INDEX, super::objects::uid(job));
+        let snapshot = self.client.store().snapshot();
+        let candidates = claim::candidates(
+            &snapshot,
+            &pods_info().store_key(),
+            namespace,
+            Some(selector),
+            &owned,
+        );
+        let claimed = RefManager::new(&self.client, jobs_info(), job, Some(selector), pods_info())
+            .adding_finalizer(pods::TRACKING_FINALIZER)
+            .claim(candidates.into_iter().map(Candidate::new).collect())
+            .await?;
+        Ok(claimed.into_iter().map(|c| c.value).collect())
     }
 
     /// A finished Job counts nothing more: its pods' finalizers go.

@@ -137,7 +137,7 @@ impl Jobs {
         selector: &crate::kube::selectors::LabelSelector,
     ) -> Result<(), ReconcileError> {
         let spec = Spec::read(&job).map_err(ReconcileError::Invalid)?;
-        let pods = super::adopt::claim_pods(&self.client, pods_info(), &job, selector).await?;
+        let pods = self.claim_pods(&job, selector).await?;
         let status = JobStatus::read(&job);
         let mut sync = Sync {
             ctl: self,
