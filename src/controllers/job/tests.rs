@@ -9,52 +9,27 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::api::meta::format_time;
-use crate::client::testing::{apiserver_client, wal_context};
-use crate::client::{identities, PatchKind};
+use crate::client::PatchKind;
 use crate::controllers::informer::InformersBuilder;
-use crate::controllers::Shared;
+use crate::controllers::test_env;
 
-/// A store with namespace `ns`, clients, and a clock the test moves.
+/// The shared test world (`controllers::test_env`: a store with namespace `ns`, the API
+/// pipeline, clients) and a clock the test moves.
 pub(crate) struct Env {
-    _dir: tempfile::TempDir,
+    world: test_env::Env,
     pub admin: Client,
-    pub shared: Shared,
     pub now: Arc<Mutex<DateTime<Utc>>>,
 }
 
 impl Env {
     pub async fn new() -> Env {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let ctx = wal_context(dir.path());
-        let admin = apiserver_client(&ctx);
-        admin
-            .create(
-                resources::find("", "v1", "namespaces").expect("namespaces"),
-                "",
-                &json!({"metadata": {"name": "ns"}}),
-            )
-            .await
-            .expect("namespace created");
-        let shared = Shared {
-            controller_manager: Client::new(
-                ctx.clone(),
-                identities::controller_manager(),
-                "kube-controller-manager",
-            ),
-            scheduler: Client::new(ctx.clone(), identities::scheduler(), "kube-scheduler"),
-            apiserver: admin.clone(),
-            server_name: "s1".into(),
-            settings: Arc::new(crate::controllers::testing::settings()),
-            stop: CancellationToken::new(),
-        };
+        let world = test_env::Env::new("ns").await;
         Env {
-            _dir: dir,
-            admin,
-            shared,
+            admin: world.admin.clone(),
+            world,
             // Whole seconds, as the API writes times.
             now: Arc::new(Mutex::new(
                 DateTime::from_timestamp(Utc::now().timestamp(), 0).expect("a valid time"),
@@ -82,7 +57,7 @@ impl Env {
         let mut builder = InformersBuilder::new();
         C::register(&mut builder, &queue);
         let informers = Arc::new(builder.start(self.admin.store().clone()));
-        (C::new(&self.shared, &informers, queue.clone()), queue)
+        (C::new(&self.world.shared, &informers, queue.clone()), queue)
     }
 
     pub fn get(&self, info: &ResourceInfo, name: &str) -> Option<Value> {
