@@ -79,17 +79,135 @@ pub fn validate(
                 }
             }
         }
-        ("batch", "CronJob") => pod_spec(
-            object.pointer("/spec/jobTemplate/spec/template/spec"),
-            "spec.jobTemplate.spec.template.spec",
-            &mut causes,
-        ),
+        ("batch", "CronJob") => {
+            pod_spec(
+                object.pointer("/spec/jobTemplate/spec/template/spec"),
+                "spec.jobTemplate.spec.template.spec",
+                &mut causes,
+            );
+            cron_job_spec(name, old, object, &mut causes);
+        }
         _ => {}
     }
     if causes.is_empty() {
         Ok(())
     } else {
         Err(ApiError::invalid(info, name, causes))
+    }
+}
+
+fn text_at<'a>(value: Option<&'a Value>, path: &str) -> Option<&'a str> {
+    value.and_then(|v| v.pointer(path)).and_then(Value::as_str)
+}
+
+/// A CronJob's schedule, time zone, policy and limits, as kube-apiserver's
+/// `validateCronJobSpec` checks them: a schedule robfig/cron does not parse (or one with a
+/// `TZ=` prefix, unless the stored object already had one) and a zone Go's `LoadLocation`
+/// does not know are refused, and on create a name longer than 52 characters (the Jobs it
+/// makes append `-<minutes since the epoch>`).
+fn cron_job_spec(name: &str, old: Option<&Value>, object: &Value, causes: &mut Vec<Cause>) {
+    use crate::controllers::cronjob::schedule::{load_location, Schedule};
+    if old.is_none() && name.len() > 52 {
+        causes.push(Cause::invalid(
+            "metadata.name",
+            &Value::String(name.to_string()),
+            "must be no more than 52 characters",
+        ));
+    }
+    let schedule = text_at(Some(object), "/spec/schedule").unwrap_or("");
+    let zone = object.pointer("/spec/timeZone").filter(|z| !z.is_null());
+    if schedule.is_empty() {
+        causes.push(Cause::required("spec.schedule", ""));
+    } else {
+        let shown = Value::String(schedule.to_string());
+        if let Err(e) = Schedule::parse(schedule) {
+            causes.push(Cause::invalid("spec.schedule", &shown, &e.0));
+        }
+        let tz_allowed = text_at(old, "/spec/schedule").is_some_and(|s| s.contains("TZ"));
+        if schedule.contains("TZ") {
+            let detail = match (tz_allowed, zone.is_some()) {
+                (false, _) => {
+                    Some("cannot use TZ or CRON_TZ in schedule, use timeZone field instead")
+                }
+                (true, true) => {
+                    Some("cannot use both timeZone field and TZ or CRON_TZ in schedule")
+                }
+                (true, false) => None,
+            };
+            if let Some(detail) = detail {
+                causes.push(Cause::invalid("spec.schedule", &shown, detail));
+            }
+        }
+    }
+    for field in [
+        "startingDeadlineSeconds",
+        "successfulJobsHistoryLimit",
+        "failedJobsHistoryLimit",
+    ] {
+        if let Some(v) = object
+            .pointer(&format!("/spec/{field}"))
+            .filter(|v| v.as_i64().is_some_and(|n| n < 0))
+        {
+            causes.push(Cause::invalid(
+                &format!("spec.{field}"),
+                v,
+                "must be greater than or equal to 0",
+            ));
+        }
+    }
+    match text_at(Some(object), "/spec/concurrencyPolicy") {
+        None | Some("Allow" | "Forbid" | "Replace") => {}
+        Some("") => causes.push(Cause::required("spec.concurrencyPolicy", "")),
+        Some(other) => causes.push(Cause {
+            reason: "FieldValueNotSupported",
+            field: "spec.concurrencyPolicy".into(),
+            message: format!("Unsupported value: {other:?}: supported values: \"Allow\", \"Forbid\", \"Replace\""),
+        }),
+    }
+    // The zone is checked when it is set or changed.
+    let old_zone = old
+        .and_then(|o| o.pointer("/spec/timeZone"))
+        .filter(|z| !z.is_null());
+    let Some(zone) = zone.filter(|z| old.is_none() || old_zone != Some(*z)) else {
+        return;
+    };
+    let Some(zone_name) = zone.as_str() else {
+        return;
+    };
+    if zone_name.is_empty() {
+        causes.push(Cause::invalid(
+            "spec.timeZone",
+            zone,
+            "timeZone must be nil or non-empty string",
+        ));
+        return;
+    }
+    let part_ok = |part: &str| {
+        part != "."
+            && part != ".."
+            && !part.starts_with('-')
+            && (1..=14).contains(&part.len())
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-+".contains(&b))
+    };
+    if !zone_name.split('/').all(part_ok) {
+        causes.push(Cause::invalid(
+            "spec.timeZone",
+            zone,
+            &format!("unknown time zone {zone_name}"),
+        ));
+        return;
+    }
+    if zone_name.eq_ignore_ascii_case("Local") {
+        causes.push(Cause::invalid(
+            "spec.timeZone",
+            zone,
+            "timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones",
+        ));
+    }
+    if let Err(e) = load_location(zone_name) {
+        causes.push(Cause::invalid("spec.timeZone", zone, &e));
     }
 }
 
@@ -471,5 +589,68 @@ mod tests {
         );
         assert!(validate(deploy, "x", None, &ok).is_ok());
         assert!(validate(jobs, "x", Some(&old_job), &old_job).is_ok());
+    }
+
+    #[test]
+    fn cron_job_schedules_and_zones() {
+        let cronjobs = resources::find("batch", "v1", "cronjobs").unwrap();
+        let cron = |schedule: &str, zone: Option<&str>| {
+            let mut cj = json!({"spec": {"schedule": schedule, "concurrencyPolicy": "Allow",
+                "jobTemplate": {"spec": {"template": {"spec": {
+                    "containers": [{"name": "c", "image": "busybox"}]}}}}}});
+            if let Some(z) = zone {
+                cj["spec"]["timeZone"] = json!(z);
+            }
+            cj
+        };
+        let check = |name: &str, old: Option<&Value>, cj: &Value| {
+            validate(cronjobs, name, old, cj).err().map(messages)
+        };
+        assert_eq!(
+            check("c", None, &cron("*/5 * * * *", Some("Europe/Paris"))),
+            None
+        );
+        assert_eq!(check("c", None, &cron("@hourly", None)), None);
+        let table: Vec<(&str, Option<&str>, Vec<&str>)> = vec![
+            ("foo", None, vec!["spec.schedule: Invalid value: \"foo\": expected exactly 5 fields, found 1: [foo]"]),
+            ("61 * * * *", None, vec!["spec.schedule: Invalid value: \"61 * * * *\": end of range (61) above maximum (59): 61"]),
+            ("", None, vec!["spec.schedule: Required value"]),
+            ("TZ=UTC * * * * *", None, vec!["spec.schedule: Invalid value: \"TZ=UTC * * * * *\": cannot use TZ or CRON_TZ in schedule, use timeZone field instead"]),
+            ("* * * * *", Some("Mars/Base"), vec!["spec.timeZone: Invalid value: \"Mars/Base\": unknown time zone Mars/Base"]),
+            ("* * * * *", Some(""), vec!["spec.timeZone: Invalid value: \"\": timeZone must be nil or non-empty string"]),
+            ("* * * * *", Some("Local"), vec!["spec.timeZone: Invalid value: \"Local\": timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones"]),
+            ("* * * * *", Some("../x"), vec!["spec.timeZone: Invalid value: \"../x\": unknown time zone ../x"]),
+        ];
+        for (schedule, zone, want) in table {
+            assert_eq!(
+                check("c", None, &cron(schedule, zone)),
+                Some(want.iter().map(|s| s.to_string()).collect()),
+                "{schedule:?} {zone:?}"
+            );
+        }
+        let long = "x".repeat(53);
+        assert_eq!(
+            check(&long, None, &cron("* * * * *", None)),
+            Some(vec![format!(
+                "metadata.name: Invalid value: {long:?}: must be no more than 52 characters"
+            )])
+        );
+        // An update keeps a stored TZ= prefix and a long name, and does not re-check an
+        // unchanged zone.
+        let old = cron("TZ=UTC * * * * *", None);
+        assert_eq!(
+            check(&long, Some(&old), &cron("TZ=UTC */2 * * * *", None)),
+            None
+        );
+        let mut bad = cron("* * * * *", None);
+        bad["spec"]["concurrencyPolicy"] = json!("Sometimes");
+        bad["spec"]["startingDeadlineSeconds"] = json!(-1);
+        assert_eq!(
+            check("c", None, &bad),
+            Some(vec![
+                "spec.startingDeadlineSeconds: Invalid value: -1: must be greater than or equal to 0".to_string(),
+                "spec.concurrencyPolicy: Unsupported value: \"Sometimes\": supported values: \"Allow\", \"Forbid\", \"Replace\"".to_string(),
+            ])
+        );
     }
 }

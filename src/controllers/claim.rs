@@ -24,7 +24,8 @@
 //!
 //! Use (the same for pods of a ReplicaSet, DaemonSet or Job and ReplicaSets of a Deployment):
 //! register [`CONTROLLER_UID_INDEX`] on the owned kind's cache, gather [`candidates`] from a
-//! store snapshot, then [`RefManager::claim`] them; work only with what it returns.
+//! store snapshot, then [`RefManager::claim`] them; work only with what it returns. A Job's
+//! claims add its tracking finalizer with the reference ([`RefManager::adding_finalizer`]).
 
 use std::collections::BTreeMap;
 
@@ -232,6 +233,8 @@ pub struct RefManager<'a> {
     owned: &'static ResourceInfo,
     /// The fresh check before the first adoption, once made.
     adoptable: Option<Result<(), String>>,
+    /// A finalizer adoption adds with the reference (a Job's tracking finalizer).
+    finalizer: Option<&'static str>,
 }
 
 impl<'a> RefManager<'a> {
@@ -251,7 +254,15 @@ impl<'a> RefManager<'a> {
             selector,
             owned,
             adoptable: None,
+            finalizer: None,
         }
+    }
+
+    /// Adoption also adds `finalizer`, as upstream's pod claims for Jobs add their tracking
+    /// finalizer in the same patch.
+    pub fn adding_finalizer(mut self, finalizer: &'static str) -> RefManager<'a> {
+        self.finalizer = Some(finalizer);
+        self
     }
 
     /// The candidates this owner controls after adopting and releasing (adopted ones as the
@@ -356,11 +367,14 @@ impl<'a> RefManager<'a> {
             &self.owner_info.api_version(),
             self.owner_info.kind,
         );
-        let patch = json!({"metadata": {
+        let mut patch = json!({"metadata": {
             "ownerReferences": [reference],
             "uid": object.uid,
             "resourceVersion": object.resource_version.to_string(),
         }});
+        if let Some(finalizer) = self.finalizer {
+            patch["metadata"]["finalizers"] = json!([finalizer]);
+        }
         let patched = self
             .client
             .patch(

@@ -24,12 +24,15 @@
 //! - [`claim`]: adopting and releasing objects by selector and controller reference;
 //!   [`pod_control`]: pods from templates, with events and slow-start batches;
 //!   [`template`]: pod template hashes and comparison.
+//! - [`job`]: Jobs run their pods to completion; [`cronjob`]: CronJobs make Jobs on a
+//!   schedule; [`ttl_after_finished`]: finished Jobs with a TTL are deleted.
 //!
 //! Every write goes through the in-process client (`crate::client`), so controllers' writes
 //! get the API's defaults, validation and managedFields, and fail on a deposed leader.
 
 pub mod bootstrap;
 pub mod claim;
+pub mod cronjob;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
@@ -37,6 +40,7 @@ pub mod event_ttl;
 pub mod events;
 pub mod garbage_collector;
 pub mod informer;
+pub mod job;
 pub mod leader_lease;
 pub mod namespace;
 pub mod node_ipam;
@@ -54,6 +58,7 @@ pub mod taints;
 pub mod template;
 #[cfg(test)]
 pub mod test_env;
+pub mod ttl_after_finished;
 pub mod worker;
 
 use crate::client::Client;

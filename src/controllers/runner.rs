@@ -20,12 +20,14 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::bootstrap::{self, ApiServers};
+use super::cronjob::CronJobs;
 use super::deployment::Deployments;
 use super::disruption::Disruption;
 use super::endpoints::Endpoints;
 use super::event_ttl::EventTtl;
 use super::garbage_collector::GarbageCollector;
 use super::informer::{Informers, InformersBuilder};
+use super::job::Jobs;
 use super::namespace::Namespaces;
 use super::node_ipam::NodeIpam;
 use super::node_lifecycle::NodeLifecycle;
@@ -35,6 +37,7 @@ use super::replicaset::{ReplicaSets, ReplicationControllers};
 use super::root_ca::RootCaPublisher;
 use super::service_account::ServiceAccounts;
 use super::taint_eviction::TaintEviction;
+use super::ttl_after_finished::TtlAfterFinished;
 use super::worker::{self, Controller};
 use super::{leader_lease, Shared};
 use crate::api::ApiContext;
@@ -128,6 +131,9 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<ReplicaSets>(builder),
         launch::<ReplicationControllers>(builder),
         launch::<Deployments>(builder),
+        launch::<Jobs>(builder),
+        launch::<CronJobs>(builder),
+        launch::<TtlAfterFinished>(builder),
     ]
 }
 

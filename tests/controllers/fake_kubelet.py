@@ -7,8 +7,9 @@ the Python `kubernetes` client (no containers run):
 - for every pod bound to one of its nodes: sets it Running and Ready (conditions PodScheduled,
   Initialized, ContainersReady, Ready; containerStatuses; podIP, hostIP, startTime), or, per
   the pod's annotations, runs it to completion;
-- finishes deleting pods on its nodes once they are marked for deletion (a kubelet confirms
-  the stop with a delete of grace period 0).
+- finishes deleting pods on its nodes once they are marked for deletion: the pod is reported
+  Failed (exit code 137) unless it had already ended, then deleted with grace period 0, as a
+  kubelet confirms a stop.
 
 Annotations a test may put on a pod (or its template):
 - `test.litek8s.dev/exit-code: "N"`: the pod ends Succeeded (N=0) or Failed after
@@ -133,11 +134,14 @@ class Kubelet:
                          "renewTime": t}})
 
     # --- pods
-    def pod_status(self, pod, phase, ready, exit_code=None):
+    def pod_status(self, pod, phase, ready, exit_code=None, keep_ip=False):
         t = rfc3339(now())
-        with self.lock:
-            self.ip_seq += 1
-            ip = f"10.42.{self.ip_seq // 250}.{self.ip_seq % 250 + 2}"
+        if keep_ip and pod.status and pod.status.pod_ip:
+            ip = pod.status.pod_ip
+        else:
+            with self.lock:
+                self.ip_seq += 1
+                ip = f"10.42.{self.ip_seq // 250}.{self.ip_seq % 250 + 2}"
         if pod.status and pod.status.pod_ip:
             ip = pod.status.pod_ip
         node_index = self.nodes.index(pod.spec.node_name)
@@ -165,6 +169,10 @@ class Kubelet:
             return
         ns, name, uid = pod.metadata.namespace, pod.metadata.name, pod.metadata.uid
         if pod.metadata.deletion_timestamp:
+            # A kubelet stops the containers and reports the pod Failed before it confirms the
+            # deletion (Job pods held by a finalizer stay, and must read as failed).
+            if not pod.status or pod.status.phase not in ("Succeeded", "Failed"):
+                self.patch_status(pod, self.pod_status(pod, "Failed", False, 137, keep_ip=True))
             try:
                 self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0,
                                                 body=client.V1DeleteOptions(grace_period_seconds=0, preconditions={"uid": uid}))
