@@ -20,6 +20,8 @@
 //!   (PodDisruptionBudget status), [`namespace`] (deleted namespaces emptied),
 //!   [`garbage_collector`] (owner references and propagation policies); [`taints`]:
 //!   taints and tolerations.
+//! - [`scheduler`]: kube-scheduler's job — a node for every pending pod, bound through
+//!   `pods/binding` — with its own queue and cache (a folder of its own).
 //!
 //! Every write goes through the in-process client (`crate::client`), so controllers' writes
 //! get the API's defaults, validation and managedFields, and fail on a deposed leader.
@@ -40,6 +42,7 @@ pub mod pod_gc;
 pub mod queue;
 pub mod root_ca;
 pub mod runner;
+pub mod scheduler;
 pub mod service_account;
 pub mod taint_eviction;
 pub mod taints;
