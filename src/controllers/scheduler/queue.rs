@@ -77,6 +77,8 @@ pub struct SchedulingQueue {
     active: BinaryHeap<(i64, Reverse<u64>, String)>,
     /// (due, uid) of backing-off pods.
     backoff: BTreeSet<(Instant, String)>,
+    /// (since, uid) of unschedulable pods, so changes and the 5-minute flush visit only them.
+    unschedulable: BTreeSet<(Instant, String)>,
     sequence: u64,
     /// Cluster changes so far, and the recent ones while pods are in flight.
     events: u64,
@@ -135,6 +137,9 @@ impl SchedulingQueue {
                 State::Backoff(at) => {
                     self.backoff.remove(&(at, uid.to_string()));
                 }
+                State::Unschedulable { since, .. } => {
+                    self.unschedulable.remove(&(since, uid.to_string()));
+                }
                 State::InFlight(_) => self.in_flight -= 1,
                 _ => {}
             }
@@ -173,8 +178,11 @@ impl SchedulingQueue {
                 if !(changed && waiting) {
                     return false;
                 }
+                self.leave_state(&uid);
                 if gated {
-                    e.state = State::Gated;
+                    if let Some(e) = self.entries.get_mut(&uid) {
+                        e.state = State::Gated;
+                    }
                     return false;
                 }
                 self.wake(&uid, now);
@@ -240,6 +248,7 @@ impl SchedulingQueue {
             self.back_off(uid, until);
         } else if let Some(e) = self.entries.get_mut(uid) {
             e.state = State::Unschedulable { since: now, hints };
+            self.unschedulable.insert((now, uid.to_string()));
         }
         self.trim();
     }
@@ -270,14 +279,17 @@ impl SchedulingQueue {
             self.recent.push_back((self.events, hints));
         }
         let woken: Vec<String> = self
-            .entries
+            .unschedulable
             .iter()
-            .filter(
-                |(_, e)| matches!(e.state, State::Unschedulable { hints: h, .. } if h & hints != 0),
-            )
-            .map(|(uid, _)| uid.clone())
+            .filter(|(_, uid)| {
+                self.entries.get(uid).is_some_and(
+                    |e| matches!(e.state, State::Unschedulable { hints: h, .. } if h & hints != 0),
+                )
+            })
+            .map(|(_, uid)| uid.clone())
             .collect();
         for uid in &woken {
+            self.leave_state(uid);
             self.wake(uid, now);
         }
         !woken.is_empty()
@@ -299,14 +311,14 @@ impl SchedulingQueue {
             self.backoff.pop_first();
             self.activate(&uid);
         }
-        let stale: Vec<String> = self
-            .entries
-            .iter()
-            .filter(|(_, e)| matches!(e.state, State::Unschedulable { since, .. } if now >= since + MAX_UNSCHEDULABLE))
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        for uid in stale {
-            self.wake(&uid, now);
+        while let Some((since, uid)) = self.unschedulable.first().cloned() {
+            if now < since + MAX_UNSCHEDULABLE {
+                break;
+            }
+            self.unschedulable.pop_first();
+            if self.entries.contains_key(&uid) {
+                self.wake(&uid, now);
+            }
         }
     }
 
@@ -314,13 +326,9 @@ impl SchedulingQueue {
     pub fn next_deadline(&self) -> Option<Instant> {
         let backoff = self.backoff.first().map(|(at, _)| *at);
         let stale = self
-            .entries
-            .values()
-            .filter_map(|e| match e.state {
-                State::Unschedulable { since, .. } => Some(since + MAX_UNSCHEDULABLE),
-                _ => None,
-            })
-            .min();
+            .unschedulable
+            .first()
+            .map(|(since, _)| *since + MAX_UNSCHEDULABLE);
         match (backoff, stale) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -425,11 +433,18 @@ mod tests {
         let mut q = SchedulingQueue::new();
         assert_eq!(q.next_deadline(), None);
         q.upsert(pod("p", "1", json!({})), t0);
+        q.upsert(pod("gone", "1", json!({})), t0);
         let p = q.pop(t0).unwrap();
+        let gone = q.pop(t0).unwrap();
         q.unschedulable(p.uid(), hints::TAINTS, t0);
+        q.unschedulable(gone.uid(), hints::TAINTS, at(t0, 1));
+        // A pod deleted while it waits leaves no deadline behind.
+        q.remove(gone.uid());
+        assert_eq!(q.counts(), (0, 0, 1, 0, 0));
         assert_eq!(q.next_deadline(), Some(t0 + MAX_UNSCHEDULABLE));
         q.flush(t0 + MAX_UNSCHEDULABLE);
-        assert!(q.pop(t0 + MAX_UNSCHEDULABLE).is_some());
+        assert_eq!(q.next_deadline(), None);
+        assert_eq!(q.pop(t0 + MAX_UNSCHEDULABLE).unwrap().name(), "p");
     }
 
     #[test]
