@@ -6,7 +6,8 @@
 //!
 //! Each document has `components.schemas` for the kinds and every type they reference, with
 //! `x-kubernetes-group-version-kind` on the kinds, and one PATCH path per resource that lists
-//! the `fieldValidation` query parameter. kubectl reads that parameter to decide that the server
+//! the `fieldValidation` query parameter (a resource that only takes creates, `bindings`, gets
+//! its POST path instead). kubectl reads that parameter to decide that the server
 //! validates fields itself (as kube-apiserver does), and `kubectl explain` reads the schemas.
 //! The PATCH request body deliberately omits `application/strategic-merge-patch+json`: these
 //! schemas carry no patch-merge-key extensions, so kubectl must compute strategic merge patches
@@ -35,6 +36,7 @@ fn schema_for(generator: &mut SchemaGenerator, r: &ResourceInfo) -> String {
         ("", "v1", "Namespace") => name!(core::v1::Namespace),
         ("", "v1", "Node") => name!(core::v1::Node),
         ("", "v1", "Pod") => name!(core::v1::Pod),
+        ("", "v1", "Binding") => name!(core::v1::Binding),
         ("", "v1", "Service") => name!(core::v1::Service),
         ("", "v1", "Endpoints") => name!(core::v1::Endpoints),
         ("", "v1", "ConfigMap") => name!(core::v1::ConfigMap),
@@ -89,6 +91,39 @@ const PATCH_SCHEMA: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Patch";
 fn query_param(name: &str, description: &str, kind: &str) -> Value {
     json!({"name": name, "in": "query", "description": description,
            "schema": {"type": kind, "uniqueItems": true}})
+}
+
+/// The POST operation on the collection of a create-only resource (`bindings`), as
+/// kube-apiserver publishes it (trimmed).
+fn post_path(r: &ResourceInfo, kind_schema: &str) -> (String, Value) {
+    let url = format!(
+        "/{}/namespaces/{{namespace}}/{}",
+        gv_path(r.group, r.version),
+        r.plural
+    );
+    let parameters = vec![json!({"name": "namespace", "in": "path", "required": true,
+        "description": "object name and auth scope, such as for teams and projects",
+        "schema": {"type": "string", "uniqueItems": true}})];
+    let schema = json!({"schema": {"$ref": format!("#/components/schemas/{kind_schema}")}});
+    let op = json!({
+        "tags": [r.api_version().replace(['/', '.'], "_")],
+        "description": format!("create a {}", r.kind),
+        "operationId": format!("createNamespaced{}", r.kind),
+        "parameters": [
+            query_param("dryRun", "When present, indicates that modifications should not be persisted.", "string"),
+            query_param("fieldManager", "fieldManager is a name associated with the actor or entity that is making these changes.", "string"),
+            query_param("fieldValidation", "fieldValidation instructs the server on how to handle objects in the request (POST/PUT/PATCH) containing unknown or duplicate fields. Valid values are: Ignore, Warn and Strict.", "string"),
+        ],
+        "requestBody": {"content": {"*/*": schema}, "required": true},
+        "responses": {
+            "200": {"description": "OK", "content": {"application/json": schema}},
+            "201": {"description": "Created", "content": {"application/json": schema}},
+            "202": {"description": "Accepted", "content": {"application/json": schema}},
+        },
+        "x-kubernetes-action": "post",
+        "x-kubernetes-group-version-kind": {"group": r.group, "version": r.version, "kind": r.kind},
+    });
+    (url, json!({"parameters": parameters, "post": op}))
 }
 
 /// The PATCH operation on one object of `r`, as kube-apiserver publishes it (trimmed).
@@ -153,7 +188,11 @@ fn document(group: &str, version: &str) -> Value {
                 schema.remove("required");
             }
         }
-        let (url, item) = patch_path(r, name);
+        let (url, item) = if r.is_create_only() {
+            post_path(r, name)
+        } else {
+            patch_path(r, name)
+        };
         paths.insert(url, item);
     }
     schemas.insert(

@@ -6,7 +6,8 @@
 //! - [`cluster`]: the HA cluster: Raft node, server-to-server transport, joins, forwarding.
 //! - [`cli`]: the `litek8s` command and its flags, resolved into settings.
 //! - [`client`]: the in-process API client: internal writes through the API pipeline.
-//! - [`controllers`]: the leader-gated runner, informers, work queues and controllers.
+//! - [`controllers`]: the leader-gated runner, informers, work queues, controllers and the
+//!   scheduler.
 //! - [`failover`]: a list of servers and which one to use (health checks, membership,
 //!   `servers.json`), for the load balancer and the node agent.
 //! - [`failpoints`]: faults tests inject into the process (only with the `failpoints` feature).

@@ -310,7 +310,9 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
         entry.insert("verbs".into(), json!(r.verbs()));
         insert_nonempty(&mut entry, "shortNames", r.short_names);
         insert_nonempty(&mut entry, "categories", r.categories);
-        entry.insert("storageVersionHash".into(), r.storage_version_hash().into());
+        if !r.is_create_only() {
+            entry.insert("storageVersionHash".into(), r.storage_version_hash().into());
+        }
         resources.push(Value::Object(entry));
         for sub in r.subresources() {
             let mut entry = serde_json::Map::new();

@@ -9,8 +9,9 @@
 //!   when a request passes the read barrier, decided once per request.
 //! - `request`: path, query and Accept parsing; `body`: size/depth-limited decoding.
 //! - The verbs, one file each: `get`, `list` (+ `continue_token`), `watch`, `create`,
-//!   `update`, `patch` (+ `patch_format`), `delete`; `subresource/` for `scale` and namespace
-//!   `finalize`. They depend on the shared modules below, never on each other.
+//!   `update`, `patch` (+ `patch_format`), `delete`; `subresource/` for `scale`, namespace
+//!   `finalize`, pod `eviction` and `binding` (with the legacy `bindings` collection). They
+//!   depend on the shared modules below, never on each other.
 //! - `read`: what reads of a selection share (selectors, resourceVersion rules).
 //! - `write/`: the write step every writing verb ends in (decode → admission → metadata →
 //!   defaults and validation → ownership → Mutation → Writer), with the retry of a write that

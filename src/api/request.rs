@@ -125,7 +125,11 @@ pub fn parse_path(path: &str) -> Result<Target, ApiError> {
     match target.subresource.as_deref() {
         None => Ok(target),
         Some("status") if target.info.has_status => Ok(target),
-        Some("scale") if target.info.subresources().iter().any(|s| s.name == "scale") => Ok(target),
+        Some(sub @ ("scale" | "binding"))
+            if target.info.subresources().iter().any(|s| s.name == sub) =>
+        {
+            Ok(target)
+        }
         Some("finalize") if target.info.plural == "namespaces" && target.info.group.is_empty() => {
             Ok(target)
         }

@@ -103,6 +103,7 @@ async fn dispatch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
     let t = &req.target;
     let in_namespace = !t.info.namespaced || t.namespace.is_some();
     match (t.name.is_some(), t.subresource.as_deref(), &req.method) {
+        _ if t.info.is_create_only() => subresource::bindings(req).await,
         (false, None, &Method::GET) if req.query.watch => watch::watch(req).await,
         (false, None, &Method::GET) => list::list(req).await,
         (false, None, &Method::POST) if in_namespace => create::post(req).await,

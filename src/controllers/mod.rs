@@ -26,6 +26,8 @@
 //!   [`template`]: pod template hashes and comparison.
 //! - [`job`]: Jobs run their pods to completion; [`cronjob`]: CronJobs make Jobs on a
 //!   schedule; [`ttl_after_finished`]: finished Jobs with a TTL are deleted.
+//! - [`scheduler`]: kube-scheduler's job — a node for every pending pod, bound through
+//!   `pods/binding` — with its own queue and cache (a folder of its own).
 //!
 //! Every write goes through the in-process client (`crate::client`), so controllers' writes
 //! get the API's defaults, validation and managedFields, and fail on a deposed leader.
@@ -52,6 +54,7 @@ pub mod queue;
 pub mod replicaset;
 pub mod root_ca;
 pub mod runner;
+pub mod scheduler;
 pub mod service_account;
 pub mod taint_eviction;
 pub mod taints;

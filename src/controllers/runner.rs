@@ -6,7 +6,8 @@
 //! 1. the bootstrap objects and the `kubernetes` Service's endpoints, checked every 5 s
 //!    against the API servers that are up to date (`bootstrap`);
 //! 2. the control plane's leader Leases, renewed every 2 s (`leader_lease`);
-//! 3. the shared informers and every controller's workers, once the caches are synced.
+//! 3. the shared informers and every controller's workers, and the scheduler's loop, once the
+//!    caches are synced.
 //!
 //! When leadership goes (or the server stops) the session's token is cancelled: every loop
 //! stops, work queues shut down, and writes already on their way fail, because the session's
@@ -39,7 +40,7 @@ use super::service_account::ServiceAccounts;
 use super::taint_eviction::TaintEviction;
 use super::ttl_after_finished::TtlAfterFinished;
 use super::worker::{self, Controller};
-use super::{leader_lease, Shared};
+use super::{leader_lease, scheduler, Shared};
 use crate::api::ApiContext;
 use crate::client::{identities, Client};
 
@@ -102,7 +103,7 @@ pub async fn run(mut inputs: RunnerInputs, shutdown: CancellationToken) {
 }
 
 /// A function that starts one controller once the informers are synced.
-type Launch = Box<dyn FnOnce(&Shared, &Arc<Informers>, CancellationToken) + Send>;
+pub(super) type Launch = Box<dyn FnOnce(&Shared, &Arc<Informers>, CancellationToken) + Send>;
 
 /// Registers controller `C` with the informers; returns how to start it.
 fn launch<C: Controller>(builder: &mut InformersBuilder) -> Launch {
@@ -134,6 +135,7 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<Jobs>(builder),
         launch::<CronJobs>(builder),
         launch::<TtlAfterFinished>(builder),
+        scheduler::launch(builder),
     ]
 }
 

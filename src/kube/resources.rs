@@ -56,9 +56,12 @@ impl ResourceInfo {
         }
     }
 
-    /// The verbs discovery advertises. Namespaces have no `deletecollection` upstream.
+    /// The verbs discovery advertises. Namespaces have no `deletecollection` upstream; the
+    /// legacy `bindings` collection only takes creates.
     pub fn verbs(&self) -> &'static [&'static str] {
-        if WITHOUT_DELETECOLLECTION.contains(&(self.group, self.plural)) {
+        if self.is_create_only() {
+            &["create"]
+        } else if WITHOUT_DELETECOLLECTION.contains(&(self.group, self.plural)) {
             &[
                 "create", "delete", "get", "list", "patch", "update", "watch",
             ]
@@ -76,6 +79,12 @@ impl ResourceInfo {
         }
     }
 
+    /// Whether the resource is never stored, only posted to (`bindings`): discovery lists it
+    /// with the one verb `create` and no storage version hash.
+    pub fn is_create_only(&self) -> bool {
+        CREATE_ONLY.contains(&(self.group, self.plural))
+    }
+
     /// apiserver's storageVersionHash: base64 of the first 8 bytes of sha256("group/version/kind").
     /// Clients only compare it for equality (to invalidate caches).
     pub fn storage_version_hash(&self) -> String {
@@ -85,10 +94,19 @@ impl ResourceInfo {
         base64::engine::general_purpose::STANDARD.encode(&digest[..8])
     }
 
-    /// Subresources discovery advertises: `status` for kinds with one, `scale` for the kinds
-    /// listed in [`SCALABLE`].
+    /// Subresources discovery advertises: `status` for kinds with one, `binding` and
+    /// `eviction` for pods, `scale` for the kinds listed in [`SCALABLE`].
     pub fn subresources(&self) -> Vec<Subresource> {
         let mut out = Vec::new();
+        if self.group.is_empty() && self.plural == "pods" {
+            out.push(Subresource {
+                name: "binding",
+                group: "",
+                version: "v1",
+                kind: "Binding",
+                verbs: &["create"],
+            });
+        }
         if self.has_status {
             out.push(Subresource {
                 name: "status",
@@ -135,6 +153,9 @@ pub struct Subresource {
 /// (group, plural) of kinds whose discovery verbs lack `deletecollection`.
 const WITHOUT_DELETECOLLECTION: &[(&str, &str)] = &[("", "namespaces")];
 
+/// (group, plural) of resources that only take creates and store nothing.
+const CREATE_ONLY: &[(&str, &str)] = &[("", "bindings")];
+
 /// (group, plural) of kinds with a `scale` subresource (autoscaling/v1 Scale).
 const SCALABLE: &[(&str, &str)] = &[
     ("apps", "deployments"),
@@ -176,6 +197,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         fields: &["spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
                   "spec.serviceAccountName", "spec.hostNetwork", "status.phase",
                   "status.podIP", "status.nominatedNodeName"]),
+    resource!("", "v1", "Binding", "bindings", "binding", NO_NAMES, NO_NAMES,
+        namespaced: true, status: false, generation: false, fields: &[]),
     resource!("", "v1", "Service", "services", "service", &["svc"], ALL,
         namespaced: true, status: true, generation: false, fields: &["spec.clusterIP", "spec.type"]),
     resource!("", "v1", "Endpoints", "endpoints", "endpoints", &["ep"], NO_NAMES,

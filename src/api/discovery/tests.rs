@@ -124,11 +124,20 @@ fn aggregated_core_resources() {
     assert_eq!(
         pods["subresources"],
         json!([
+            {"subresource":"binding","responseKind":{"group":"","version":"v1","kind":"Binding"},
+             "verbs":["create"]},
             {"subresource":"eviction","responseKind":{"group":"policy","version":"v1","kind":"Eviction"},
              "verbs":["create"]},
             {"subresource":"status","responseKind":{"group":"","version":"v1","kind":"Pod"},
              "verbs":["get","patch","update"]}])
     );
+    // The legacy `bindings` collection only takes creates.
+    let bindings = resources
+        .iter()
+        .find(|r| r["resource"] == "bindings")
+        .unwrap();
+    assert_eq!(bindings["verbs"], json!(["create"]));
+    assert_eq!(bindings["scope"], "Namespaced");
     let ns = resources
         .iter()
         .find(|r| r["resource"] == "namespaces")
@@ -222,6 +231,22 @@ fn resource_lists() {
         .unwrap();
     assert_eq!(status["kind"], "Pod");
     assert_eq!(status["verbs"], json!(["get", "patch", "update"]));
+    // As kube-apiserver lists the scheduler's two ways to bind a pod.
+    let binding = resources
+        .iter()
+        .find(|r| r["name"] == "pods/binding")
+        .unwrap();
+    assert_eq!(
+        *binding,
+        json!({"name": "pods/binding", "singularName": "", "namespaced": true,
+               "kind": "Binding", "verbs": ["create"]})
+    );
+    let bindings = resources.iter().find(|r| r["name"] == "bindings").unwrap();
+    assert_eq!(
+        *bindings,
+        json!({"name": "bindings", "singularName": "binding", "namespaced": true,
+               "kind": "Binding", "verbs": ["create"]})
+    );
 
     let (_, _, body) = get("/apis/coordination.k8s.io/v1", "");
     assert_eq!(body["groupVersion"], "coordination.k8s.io/v1");
