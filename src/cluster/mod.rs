@@ -38,6 +38,7 @@ pub mod membership;
 pub mod mode;
 pub mod network;
 pub mod node;
+pub mod node_credential;
 pub mod peer;
 pub mod protocol;
 pub mod readiness;
