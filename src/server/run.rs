@@ -178,7 +178,7 @@ pub async fn run_until(
         tls: TlsAcceptor::from(tls_config),
         dispatch: Arc::new(Dispatch {
             ctx: ctx.clone(),
-            authn: Authenticator::new(token),
+            authn: Authenticator::new(token, &pki.ca_cert_pem)?,
             cluster: backend.cluster_endpoints(),
         }),
         limits: Limits::default(),
