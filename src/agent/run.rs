@@ -156,6 +156,7 @@ pub async fn run_until(
             labels: settings.labels.clone(),
             taints: settings.taints.clone(),
             reserved: settings.system_reserved,
+            eviction: settings.eviction_hard,
             runtime: runtime_info(settings.runtime),
         },
         machine: Machine::read(&Sources::default(), &settings.node_dir),

@@ -37,6 +37,7 @@ pub struct AgentFlags {
     pub node_labels: Vec<String>,
     pub node_taints: Vec<String>,
     pub system_reserved: Option<String>,
+    pub eviction_hard: Option<String>,
     pub node_lease_duration_seconds: u64,
     pub node_status_update_frequency: Duration,
     pub node_status_report_frequency: Duration,
@@ -69,6 +70,50 @@ pub struct Reserved {
     pub ephemeral_storage_bytes: u64,
 }
 
+/// A hard eviction threshold: what must stay available, as a quantity or a share.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Threshold {
+    Quantity(u64),
+    Percent(f64),
+}
+
+impl Threshold {
+    /// The threshold in the unit of `total` (bytes, inodes, pids).
+    pub fn of(self, total: u64) -> u64 {
+        match self {
+            Threshold::Quantity(n) => n,
+            Threshold::Percent(p) => (total as f64 * p / 100.0) as u64,
+        }
+    }
+}
+
+/// kubelet's `--eviction-hard`: below these, the node reports pressure; the memory and
+/// node file system thresholds are also kept from allocatable. The images live in the node
+/// directory, so the image file system is the node file system here.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvictionHard {
+    pub memory_available: Option<Threshold>,
+    pub nodefs_available: Option<Threshold>,
+    pub nodefs_inodes_free: Option<Threshold>,
+    pub imagefs_available: Option<Threshold>,
+    pub imagefs_inodes_free: Option<Threshold>,
+    pub pid_available: Option<Threshold>,
+}
+
+impl Default for EvictionHard {
+    /// kubelet's defaults on Linux.
+    fn default() -> EvictionHard {
+        EvictionHard {
+            memory_available: Some(Threshold::Quantity(100 << 20)),
+            nodefs_available: Some(Threshold::Percent(10.0)),
+            nodefs_inodes_free: Some(Threshold::Percent(5.0)),
+            imagefs_available: Some(Threshold::Percent(15.0)),
+            imagefs_inodes_free: Some(Threshold::Percent(5.0)),
+            pid_available: None,
+        }
+    }
+}
+
 /// Everything the agent needs, validated.
 #[derive(Clone)]
 pub struct AgentSettings {
@@ -85,6 +130,7 @@ pub struct AgentSettings {
     /// `--register-with-taints`; later taints belong to the cluster).
     pub taints: Vec<Taint>,
     pub system_reserved: Reserved,
+    pub eviction_hard: EvictionHard,
     /// The node Lease's duration; it is renewed every quarter of it (kubelet's rule).
     pub lease_duration: Duration,
     /// How often the node's status is computed and written if it changed.
@@ -139,6 +185,8 @@ pub enum SettingsError {
     Taint { given: String, reason: String },
     #[error("--system-reserved {given:?}: {reason}")]
     Reserved { given: String, reason: String },
+    #[error("--eviction-hard {given:?}: {reason}")]
+    Eviction { given: String, reason: String },
     #[error("{0}")]
     Interval(String),
 }
@@ -211,6 +259,13 @@ impl AgentSettings {
             })?,
             None => Reserved::default(),
         };
+        let eviction_hard = match &flags.eviction_hard {
+            Some(given) => parse_eviction(given).map_err(|reason| SettingsError::Eviction {
+                given: given.clone(),
+                reason,
+            })?,
+            None => EvictionHard::default(),
+        };
         if flags.node_lease_duration_seconds == 0 {
             return Err(SettingsError::Interval(
                 "--node-lease-duration-seconds must be at least 1".into(),
@@ -233,6 +288,7 @@ impl AgentSettings {
             labels,
             taints,
             system_reserved,
+            eviction_hard,
             lease_duration: Duration::from_secs(flags.node_lease_duration_seconds),
             status_update_frequency: flags.node_status_update_frequency,
             status_report_frequency: flags.node_status_report_frequency,
@@ -365,6 +421,38 @@ pub fn parse_reserved(given: &str) -> Result<Reserved, String> {
         }
     }
     Ok(reserved)
+}
+
+/// `memory.available<100Mi,nodefs.available<10%,...` (kubelet's syntax). The signals given
+/// replace their defaults; the others keep kubelet's.
+pub fn parse_eviction(given: &str) -> Result<EvictionHard, String> {
+    let mut eviction = EvictionHard::default();
+    for item in given.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (signal, threshold) = item.split_once('<').ok_or("expected SIGNAL<THRESHOLD")?;
+        let threshold = match threshold.strip_suffix('%') {
+            Some(p) => {
+                let p: f64 = p
+                    .parse()
+                    .map_err(|_| format!("{threshold:?} is not a percentage"))?;
+                if !(0.0..=100.0).contains(&p) {
+                    return Err(format!("{threshold:?} is not between 0% and 100%"));
+                }
+                Threshold::Percent(p)
+            }
+            None => Threshold::Quantity(parse_quantity(threshold, 1)?),
+        };
+        let slot = match signal {
+            "memory.available" => &mut eviction.memory_available,
+            "nodefs.available" => &mut eviction.nodefs_available,
+            "nodefs.inodesFree" => &mut eviction.nodefs_inodes_free,
+            "imagefs.available" => &mut eviction.imagefs_available,
+            "imagefs.inodesFree" => &mut eviction.imagefs_inodes_free,
+            "pid.available" => &mut eviction.pid_available,
+            other => return Err(format!("{other:?} is not an eviction signal (memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree, pid.available)")),
+        };
+        *slot = Some(threshold);
+    }
+    Ok(eviction)
 }
 
 /// A Kubernetes quantity (`500m`, `2`, `1.5Gi`, `100M`) times `scale`, rounded up: cpu with
@@ -563,6 +651,14 @@ mod tests {
         assert_eq!(parse_quantity("100M", 1).unwrap(), 100_000_000);
         assert!(parse_quantity("1Qi", 1).is_err());
         assert!(parse_quantity("-1", 1).is_err());
+        let e = parse_eviction("memory.available<1Gi, nodefs.available<1%").unwrap();
+        assert_eq!(e.memory_available, Some(Threshold::Quantity(1 << 30)));
+        assert_eq!(e.nodefs_available, Some(Threshold::Percent(1.0)));
+        assert_eq!(
+            e.imagefs_available,
+            EvictionHard::default().imagefs_available
+        );
+        assert_eq!(Threshold::Percent(10.0).of(1000), 100);
         let r = parse_reserved("cpu=250m, memory=512Mi,ephemeral-storage=1Gi").unwrap();
         assert_eq!(
             r,

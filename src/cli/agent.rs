@@ -68,6 +68,12 @@ pub struct AgentArgs {
     #[arg(long, value_name = "LIST")]
     pub system_reserved: Option<String>,
 
+    /// Hard eviction thresholds: below them the node reports pressure, e.g.
+    /// memory.available<100Mi,nodefs.available<10% (kubelet's syntax; signals not given keep
+    /// kubelet's defaults).
+    #[arg(long, value_name = "LIST")]
+    pub eviction_hard: Option<String>,
+
     /// Duration of the node's Lease in kube-node-lease; renewed every quarter of it.
     #[arg(long, value_name = "SECONDS", default_value_t = 40)]
     pub node_lease_duration_seconds: u64,
@@ -96,6 +102,7 @@ impl AgentArgs {
             node_labels: self.node_labels,
             node_taints: self.node_taints,
             system_reserved: self.system_reserved,
+            eviction_hard: self.eviction_hard,
             node_lease_duration_seconds: self.node_lease_duration_seconds,
             node_status_update_frequency: self.node_status_update_frequency,
             node_status_report_frequency: self.node_status_report_frequency,

@@ -44,8 +44,9 @@ impl Default for Sources {
 /// A sample of what is left, for the pressure conditions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sample {
-    /// `MemAvailable`.
+    /// `MemAvailable` and `MemTotal`.
     pub memory_available: u64,
+    pub memory_total: u64,
     pub storage_available: u64,
     pub storage_total: u64,
     pub inodes_free: u64,
@@ -157,6 +158,7 @@ impl Sample {
             .unwrap_or(0);
         Sample {
             memory_available: meminfo(&meminfo_text, "MemAvailable").unwrap_or(u64::MAX),
+            memory_total: meminfo(&meminfo_text, "MemTotal").unwrap_or(u64::MAX),
             storage_available,
             storage_total,
             inodes_free,

@@ -109,6 +109,7 @@ impl NodeReporter {
         let conditions = status::conditions(
             previous_conditions,
             &sample,
+            &self.node.eviction,
             problem.as_deref(),
             &format_time(Utc::now()),
         );

@@ -2,13 +2,16 @@
 //! first start (labels, the `--node-taint`s, the status), and the status written afterwards.
 //!
 //! - capacity: cpu, memory (`MemTotal`), ephemeral-storage (the node directory's file
-//!   system), pods 110; allocatable: capacity minus `--system-reserved` and minus kubelet's
-//!   default hard eviction thresholds (memory 100Mi, ephemeral-storage 10%), as kubelet does.
-//! - conditions, in kubelet's order, reasons and messages: MemoryPressure (`MemAvailable`
-//!   below 100Mi), DiskPressure (below 10% of the node directory's space, or 5% of its
-//!   inodes), PIDPressure (below 10% of `pid_max` left) and Ready (False, `KubeletNotReady`,
-//!   while the container runtime reports a problem). `lastTransitionTime` changes only with
-//!   the status; `lastHeartbeatTime` is the time of the write.
+//!   system), pods 110; allocatable: capacity minus `--system-reserved` and minus the hard
+//!   eviction thresholds of memory and the node file system, as kubelet does.
+//! - conditions, in kubelet's order, reasons and messages, against `--eviction-hard`
+//!   (kubelet's defaults: memory.available<100Mi, nodefs.available<10%,
+//!   nodefs.inodesFree<5%, imagefs.available<15%, imagefs.inodesFree<5%; the image file
+//!   system is the node directory's): MemoryPressure (`MemAvailable`), DiskPressure (the node
+//!   directory's space or inodes), PIDPressure (`pid_max` minus the tasks running; no
+//!   threshold by default) and Ready (False, `KubeletNotReady`, while the container runtime
+//!   reports a problem). `lastTransitionTime` changes only with the status;
+//!   `lastHeartbeatTime` is the time of the write.
 //! - addresses InternalIP and Hostname, `daemonEndpoints.kubeletEndpoint.Port` 10250,
 //!   nodeInfo (machine and boot ids, kernel, OS image, architecture, the runtime's version,
 //!   `kubeletVersion` the API's Kubernetes version).
@@ -21,7 +24,7 @@ use std::net::IpAddr;
 use serde_json::{json, Map, Value};
 
 use super::machine::{Machine, Sample};
-use crate::agent::settings::Reserved;
+use crate::agent::settings::{EvictionHard, Reserved, Threshold};
 use crate::controllers::taints::Taint;
 
 /// The kubelet port the Node advertises (`daemonEndpoints.kubeletEndpoint.Port`).
@@ -30,14 +33,6 @@ pub const KUBELET_PORT: u16 = 10250;
 pub const MAX_PODS: u64 = 110;
 /// The Kubernetes version this agent implements, as the API reports it.
 pub const KUBELET_VERSION: &str = crate::api::health::KUBERNETES_VERSION;
-/// kubelet's default hard eviction threshold `memory.available<100Mi`.
-const EVICTION_MEMORY: u64 = 100 << 20;
-/// `nodefs.available<10%`.
-const EVICTION_STORAGE_PERCENT: u64 = 10;
-/// `nodefs.inodesFree<5%`.
-const EVICTION_INODES_PERCENT: u64 = 5;
-/// PIDPressure below this share of `pid_max` left.
-const PID_PERCENT: u64 = 10;
 
 /// The container runtime as the Node reports it (`containerRuntimeVersion` is
 /// `<name>://<version>`).
@@ -57,6 +52,7 @@ pub struct NodeSpecifics {
     /// `--node-taint`s.
     pub taints: Vec<Taint>,
     pub reserved: Reserved,
+    pub eviction: EvictionHard,
     pub runtime: RuntimeInfo,
 }
 
@@ -87,16 +83,26 @@ pub fn capacity(machine: &Machine) -> Value {
     })
 }
 
+fn threshold(t: Option<Threshold>, total: u64) -> u64 {
+    t.map_or(0, |t| t.of(total))
+}
+
+/// Whether `available` of `total` is below the threshold.
+fn below(t: Option<Threshold>, available: u64, total: u64) -> bool {
+    t.is_some_and(|t| total > 0 && available < t.of(total))
+}
+
 /// `allocatable`: capacity minus what is reserved and the eviction thresholds.
-pub fn allocatable(machine: &Machine, reserved: &Reserved) -> Value {
-    let storage_eviction = machine.storage_bytes / 100 * EVICTION_STORAGE_PERCENT;
+pub fn allocatable(machine: &Machine, reserved: &Reserved, eviction: &EvictionHard) -> Value {
+    let memory_eviction = threshold(eviction.memory_available, machine.memory_bytes);
+    let storage_eviction = threshold(eviction.nodefs_available, machine.storage_bytes);
     json!({
         "cpu": cpu(machine.cpu_millis.saturating_sub(reserved.cpu_millis)),
         "memory": bytes(
             machine
                 .memory_bytes
                 .saturating_sub(reserved.memory_bytes)
-                .saturating_sub(EVICTION_MEMORY)
+                .saturating_sub(memory_eviction)
         ),
         "ephemeral-storage": bytes(
             machine
@@ -129,14 +135,29 @@ pub fn labels(node: &NodeSpecifics, machine: &Machine) -> Map<String, Value> {
 /// One condition: `(type, status, reason, message)`.
 type Condition = (&'static str, bool, &'static str, String);
 
-fn decide_conditions(sample: &Sample, runtime_problem: Option<&str>) -> [Condition; 4] {
-    let memory = sample.memory_available < EVICTION_MEMORY;
-    let disk = (sample.storage_total > 0
-        && sample.storage_available < sample.storage_total / 100 * EVICTION_STORAGE_PERCENT)
-        || (sample.inodes_total > 0
-            && sample.inodes_free < sample.inodes_total / 100 * EVICTION_INODES_PERCENT);
-    let pid = sample.pid_max > 0
-        && sample.pid_max.saturating_sub(sample.pids) < sample.pid_max / 100 * PID_PERCENT;
+fn decide_conditions(
+    sample: &Sample,
+    eviction: &EvictionHard,
+    runtime_problem: Option<&str>,
+) -> [Condition; 4] {
+    let memory = below(
+        eviction.memory_available,
+        sample.memory_available,
+        sample.memory_total,
+    );
+    let (space, inodes) = (
+        (sample.storage_available, sample.storage_total),
+        (sample.inodes_free, sample.inodes_total),
+    );
+    let disk = below(eviction.nodefs_available, space.0, space.1)
+        || below(eviction.imagefs_available, space.0, space.1)
+        || below(eviction.nodefs_inodes_free, inodes.0, inodes.1)
+        || below(eviction.imagefs_inodes_free, inodes.0, inodes.1);
+    let pid = below(
+        eviction.pid_available,
+        sample.pid_max.saturating_sub(sample.pids),
+        sample.pid_max,
+    );
     [
         if memory {
             (
@@ -200,11 +221,12 @@ fn decide_conditions(sample: &Sample, runtime_problem: Option<&str>) -> [Conditi
 pub fn conditions(
     previous: Option<&Value>,
     sample: &Sample,
+    eviction: &EvictionHard,
     runtime_problem: Option<&str>,
     now: &str,
 ) -> Value {
     let previous = previous.and_then(Value::as_array);
-    let list: Vec<Value> = decide_conditions(sample, runtime_problem)
+    let list: Vec<Value> = decide_conditions(sample, eviction, runtime_problem)
         .into_iter()
         .map(|(kind, status, reason, message)| {
             let status = if status { "True" } else { "False" };
@@ -230,7 +252,7 @@ pub fn conditions(
 pub fn status(node: &NodeSpecifics, machine: &Machine, conditions: Value) -> Value {
     json!({
         "capacity": capacity(machine),
-        "allocatable": allocatable(machine, &node.reserved),
+        "allocatable": allocatable(machine, &node.reserved, &node.eviction),
         "conditions": conditions,
         "addresses": [
             {"type": "InternalIP", "address": node.ip.to_string()},
@@ -304,6 +326,7 @@ mod tests {
     fn healthy() -> Sample {
         Sample {
             memory_available: 2 << 30,
+            memory_total: 4 << 30,
             storage_available: 50 << 30,
             storage_total: 100 << 30,
             inodes_free: 1000,
@@ -329,6 +352,7 @@ mod tests {
                 memory_bytes: 1 << 30,
                 ephemeral_storage_bytes: 0,
             },
+            eviction: EvictionHard::default(),
             runtime: RuntimeInfo {
                 name: "runc".into(),
                 version: "1.1.5".into(),
@@ -343,7 +367,7 @@ mod tests {
             capacity(&m),
             json!({"cpu": "2", "memory": "4194304Ki", "ephemeral-storage": "104857600Ki", "pods": "110"})
         );
-        let a = allocatable(&m, &node().reserved);
+        let a = allocatable(&m, &node().reserved, &EvictionHard::default());
         assert_eq!(a["cpu"], "1500m");
         // 4 GiB - 1 GiB reserved - 100 MiB eviction threshold.
         assert_eq!(a["memory"], format!("{}Ki", (3u64 << 20) - 100 * 1024));
@@ -357,7 +381,7 @@ mod tests {
     fn the_registered_node() {
         let n = node();
         let m = machine();
-        let c = conditions(None, &healthy(), None, "2026-01-01T00:00:00Z");
+        let c = conditions(None, &healthy(), &n.eviction, None, "2026-01-01T00:00:00Z");
         let object = new_node(&n, &m, status(&n, &m, c));
         let labels = &object["metadata"]["labels"];
         assert_eq!(labels["kubernetes.io/hostname"], "n1");
@@ -404,8 +428,12 @@ mod tests {
 
     #[test]
     fn transitions_and_changes() {
-        let first = conditions(None, &healthy(), None, "T1");
-        let same = conditions(Some(&first), &healthy(), None, "T2");
+        let eviction = EvictionHard {
+            pid_available: Some(Threshold::Percent(10.0)),
+            ..EvictionHard::default()
+        };
+        let first = conditions(None, &healthy(), &eviction, None, "T1");
+        let same = conditions(Some(&first), &healthy(), &eviction, None, "T2");
         assert_eq!(same[3]["lastTransitionTime"], "T1");
         assert_eq!(same[3]["lastHeartbeatTime"], "T2");
         let (n, m) = (node(), machine());
@@ -419,7 +447,13 @@ mod tests {
             pids: 32000,
             ..healthy()
         };
-        let pressed = conditions(Some(&same), &low, Some("container runtime is down"), "T3");
+        let pressed = conditions(
+            Some(&same),
+            &low,
+            &eviction,
+            Some("container runtime is down"),
+            "T3",
+        );
         for (i, want) in [(0, "True"), (1, "True"), (2, "True"), (3, "False")] {
             assert_eq!(pressed[i]["status"], want, "{}", pressed[i]);
             assert_eq!(pressed[i]["lastTransitionTime"], "T3");
