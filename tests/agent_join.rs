@@ -2,7 +2,9 @@
 //! the join token from `<data-dir>/join-token`; the Node it registers (labels, taints,
 //! addresses, capacity and allocatable, conditions, nodeInfo, podCIDR read back) and its Lease
 //! renewed; a restart that needs no token; bad tokens refused with a clear error and a
-//! non-zero exit; a re-join under the same name from a new node directory.
+//! non-zero exit; a re-join under the same name from a new node directory; what the agent
+//! tells systemd (`READY=1` once the Node is Ready, `STATUS=` with the server in use,
+//! `STOPPING=1`).
 
 mod agent_support;
 mod cluster_support;
@@ -325,4 +327,59 @@ fn joins_a_three_server_cluster_through_a_follower() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn the_agent_tells_systemd_when_its_node_is_ready() {
+    use std::os::unix::net::UnixDatagram;
+    let server = Server::start(&[]);
+    let token = join_token(&server.data_dir);
+    let url = format!("https://{}", server.addr);
+    let mut agent = Agent::new("n1", &url, Some(&token), &[]);
+    let socket_path = agent.root.join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut cmd = agent.command();
+    cmd.env("NOTIFY_SOCKET", &socket_path);
+    agent.spawn_with(cmd);
+    let mut lines = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !lines.iter().any(|l: &String| l == "READY=1") {
+        let n = socket
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("no READY=1 ({e}); got {lines:?}\n{}", agent.logs()));
+        lines.extend(
+            String::from_utf8_lossy(&buf[..n])
+                .lines()
+                .map(str::to_string),
+        );
+    }
+    let status = lines
+        .iter()
+        .rev()
+        .find(|l| l.starts_with("STATUS="))
+        .unwrap();
+    assert_eq!(
+        status,
+        &format!("STATUS=node n1 Ready; server {}", server.addr)
+    );
+    assert!(
+        lines.iter().any(|l| l == "STATUS=registering node n1"),
+        "{lines:?}"
+    );
+    // The Node is Ready when READY=1 arrives.
+    let rt = runtime();
+    let n = rt.block_on(node(&server.api(), "n1")).unwrap();
+    assert_eq!(condition(&n, "Ready"), Some("True"));
+    assert_eq!(agent.terminate().map(|s| s.success()), Some(true));
+    let mut rest = Vec::new();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    while let Ok(n) = socket.recv(&mut buf) {
+        rest.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert!(rest.iter().any(|m| m.contains("STOPPING=1")), "{rest:?}");
 }

@@ -98,11 +98,15 @@ impl Agent {
     }
 
     pub fn spawn(&mut self) {
+        self.spawn_with(self.command());
+    }
+
+    /// Spawns `cmd` (this agent's [`Agent::command`], changed by the caller).
+    pub fn spawn_with(&mut self, mut cmd: Command) {
         assert!(self.child.is_none(), "agent already running");
         self.starts += 1;
         let log = std::fs::File::create(self.log_path(self.starts)).expect("log");
-        let child = self
-            .command()
+        let child = cmd
             .stdout(log.try_clone().expect("clone log"))
             .stderr(log)
             .spawn()
