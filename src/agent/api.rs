@@ -242,11 +242,7 @@ impl ApiClient {
                 }
             }
         }
-        Err(ApiError::Unreachable(if unsent.is_empty() {
-            "no server known".into()
-        } else {
-            unsent.join("; ")
-        }))
+        Err(unreachable(unsent))
     }
 
     /// GET: the object, or `None` on 404.
@@ -332,8 +328,17 @@ impl ApiClient {
                 }
             }
         }
-        Err(ApiError::Unreachable(unsent.join("; ")))
+        Err(unreachable(unsent))
     }
+}
+
+/// Every server failed before a request was sent: why, per server.
+fn unreachable(unsent: Vec<String>) -> ApiError {
+    ApiError::Unreachable(if unsent.is_empty() {
+        "no server known".into()
+    } else {
+        unsent.join("; ")
+    })
 }
 
 /// One watch event.
