@@ -1,7 +1,8 @@
 //! litek8s: a small, systemd-native Kubernetes distribution.
 //!
 //! # Layout
-//! - [`agent`]: the node agent: container runtime and pod sandboxes.
+//! - [`agent`]: the node agent (`litek8s agent`): joins, registers the Node, keeps it
+//!   reported over the cluster's servers; runs containers (runtime, sandbox).
 //! - [`allocator`]: mimalloc and when the process may use transparent huge pages.
 //! - [`cluster`]: the HA cluster: Raft node, server-to-server transport, joins, forwarding.
 //! - [`cli`]: the `litek8s` command and its flags, resolved into settings.

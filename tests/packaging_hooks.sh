@@ -1,6 +1,7 @@
 #!/bin/sh
-# Tests of packaging/litek8s-server-prestart, run against a temporary root with fake `ss`,
-# `ip` and `litek8s` commands. Usage: sh tests/packaging_hooks.sh   (exit 0 = all passed)
+# Tests of packaging/litek8s-server-prestart (against a temporary root with fake `ss`, `ip`
+# and `litek8s` commands) and packaging/litek8s-agent-prestart.
+# Usage: sh tests/packaging_hooks.sh   (exit 0 = all passed)
 set -eu
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -132,6 +133,65 @@ print(s.getsockname()[1], flush=True); time.sleep(30)' >"$work/port" &
     check "ports (real ss): exit 1" [ "$rc" = 1 ]
     check "ports (real ss): names python3 and its pid" contains "$out" "in use by python3 (pid $holder)"
 fi
+
+# --- litek8s-agent-prestart ---------------------------------------------------------------
+agent_hook=$here/packaging/litek8s-agent-prestart
+arun() {
+    out=$(env LITEK8S_ROOT="$root" "$@" sh "$agent_hook" 2>&1) && rc=0 || rc=$?
+}
+agent_token() { sed -n 's/^LITEK8S_TOKEN=//p' "$root/etc/litek8s/agent.env"; }
+agent_args() { cat "$root/run/litek8s-agent/args"; }
+good=K10abcdef::server:s3cret-s3cret-s3cret
+
+# 9. No server URL, or not https: one line naming the setting.
+fresh agent
+arun
+check "agent: no LITEK8S_SERVER_URL -> exit 1" [ "$rc" = 1 ]
+check "agent: ... says where to set it" contains "$out" "LITEK8S_SERVER_URL=https://HOST:6443"
+arun LITEK8S_SERVER_URL=http://lk1:6443
+check "agent: http:// refused" [ "$rc" = 1 ]
+
+# 10. No token and no credential: refused, saying where the token goes; nothing written.
+arun LITEK8S_SERVER_URL=https://lk1:6443
+check "agent: no token -> exit 1" [ "$rc" = 1 ]
+check "agent: ... one line" [ "$(printf '%s\n' "$out" | wc -l)" = 1 ]
+check "agent: ... names agent.env" contains "$out" "etc/litek8s/agent.env"
+check "agent: ... nothing written" [ ! -e "$root/etc/litek8s/agent.env" ]
+
+# 11. LITEK8S_TOKEN_FILE: its token goes into agent.env (0600), the args name the server.
+printf '%s\n' "$good" >"$root/join-token"
+arun LITEK8S_SERVER_URL=https://lk1:6443 LITEK8S_TOKEN_FILE=/join-token
+check "agent: token file -> exit 0" [ "$rc" = 0 ]
+check "agent: token in agent.env" [ "$(agent_token)" = "$good" ]
+check "agent: agent.env is 0600" [ "$(mode_of "$root/etc/litek8s/agent.env")" = 600 ]
+check "agent: /etc/litek8s is 0700" [ "$(mode_of "$root/etc/litek8s")" = 700 ]
+check "agent: args" [ "$(agent_args)" = "LITEK8S_AGENT_CLUSTER_ARGS=--server https://lk1:6443" ]
+# The file may go away afterwards: agent.env keeps the token.
+rm -f "$root/join-token"
+arun LITEK8S_SERVER_URL=https://lk1:6443 LITEK8S_TOKEN_FILE=/join-token
+check "agent: token file removed later -> exit 0" [ "$rc" = 0 ]
+check "agent: ... token kept" [ "$(agent_token)" = "$good" ]
+
+# 12. Bad tokens are refused, from the file or written by hand; a loose mode is tightened.
+printf 'garbage\n' >"$root/join-token"
+arun LITEK8S_SERVER_URL=https://lk1:6443 LITEK8S_TOKEN_FILE=/join-token
+check "agent: a token file without a join token -> exit 1" [ "$rc" = 1 ]
+check "agent: ... agent.env kept" [ "$(agent_token)" = "$good" ]
+printf 'LITEK8S_TOKEN=secret-only\n' >"$root/etc/litek8s/agent.env"
+arun LITEK8S_SERVER_URL=https://lk1:6443
+check "agent: a secret-only token in agent.env -> exit 1" [ "$rc" = 1 ]
+printf 'LITEK8S_TOKEN="%s"\n' "$good" >"$root/etc/litek8s/agent.env"
+chmod 0644 "$root/etc/litek8s/agent.env"
+arun LITEK8S_SERVER_URL=https://lk1:6443
+check "agent: a hand-written quoted token -> exit 0" [ "$rc" = 0 ]
+check "agent: ... mode tightened to 0600" [ "$(mode_of "$root/etc/litek8s/agent.env")" = 600 ]
+
+# 13. A node that has joined needs no token.
+fresh agent-joined
+mkdir -p "$root/var/lib/litek8s/node-agent/credentials"
+printf 'CERT\n' >"$root/var/lib/litek8s/node-agent/credentials/node.crt"
+arun LITEK8S_SERVER_URL=https://lk1:6443
+check "agent: joined node without a token -> exit 0" [ "$rc" = 0 ]
 
 echo "packaging hooks: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -5,9 +5,10 @@
 #                                                    target/packages; one release build)
 # The build (packaging/build-packages.sh: dpkg-buildpackage -us -uc -b, rpmbuild) counts as a
 # check; lintian runs here, as a check of its own.
-# - lintian clean (errors and warnings), contents of both .debs, the maintainer scripts:
-#   install neither enables nor starts the server, upgrade try-restarts it, purge removes the
-#   generated files;
+# - lintian clean (errors and warnings), contents of the .debs, the maintainer scripts:
+#   install neither enables nor starts the server or the agent, upgrade try-restarts them,
+#   purge removes the generated files; the agent's dependencies (runc | crun, conmon, CNI
+#   plugins, nftables);
 # - the RPMs: file lists (`rpm -qlp`) and scriptlets (`rpm -qp --scripts`) use the systemd
 #   macros' helper with restart on upgrade.
 set -eu
@@ -68,6 +69,29 @@ check "postrm purge removes the token" has "$postrm" 'rm -f /etc/litek8s/server.
 check "postrm purge removes the state" has "$postrm" 'rm -rf /var/lib/litek8s/apiserver'
 check "no prerm stop before upgrade" sh -c "[ ! -e '$tmp/ctl/prerm' ] || ! grep -q 'deb-systemd-invoke stop' '$tmp/ctl/prerm' || grep -q 'remove' '$tmp/ctl/prerm'"
 
+# The agent package: its unit, hook and defaults, the runtime's packages as dependencies,
+# nothing started at install, a running agent restarted on upgrade, purge removing the token
+# and the credential.
+agt=$(ls "$dir"/litek8s-agent_*.deb | head -n 1)
+check "lintian clean (agent)" lintian --fail-on error,warning "$agt"
+c=$(dpkg-deb -c "$agt")
+check "agent ships the unit" has "$c" ' ./\(usr/\)\{0,1\}lib/systemd/system/litek8s-agent.service$'
+check "agent ships the hook" has "$c" ' ./usr/lib/litek8s/litek8s-agent-prestart$'
+check "agent ships /etc/default/litek8s-agent" has "$c" ' ./etc/default/litek8s-agent$'
+check "agent ships docs/agent.md" has "$c" ' ./usr/share/doc/litek8s-agent/agent.md$'
+check "agent ships no token" lacks "$c" 'agent.env'
+deps=$(dpkg-deb -f "$agt" Depends)
+for dep in 'runc | crun' conmon containernetworking-plugins nftables 'litek8s (='; do
+    check "agent depends on $dep" has "$deps" "$dep"
+done
+dpkg-deb -e "$agt" "$tmp/agent-ctl"
+postinst=$(cat "$tmp/agent-ctl/postinst")
+check "agent postinst starts nothing on install" lacks "$postinst" 'deb-systemd-invoke start'
+check "agent postinst try-restarts on upgrade" has "$postinst" 'try-restart'
+postrm=$(cat "$tmp/agent-ctl/postrm")
+check "agent postrm purge removes the token" has "$postrm" 'rm -f /etc/litek8s/agent.env'
+check "agent postrm purge removes the credential" has "$postrm" 'rm -rf /var/lib/litek8s/node-agent/credentials'
+
 if ls "$dir"/*.rpm >/dev/null 2>&1; then
     rbin=$(ls "$dir"/litek8s-0*.rpm | head -n 1)
     rsrv=$(ls "$dir"/litek8s-server-*.rpm | head -n 1)
@@ -81,6 +105,17 @@ if ls "$dir"/*.rpm >/dev/null 2>&1; then
     check "rpm %post applies presets on install" has "$s" 'install-system-units litek8s-server.service'
     check "rpm %preun disables on erase" has "$s" 'remove-system-units litek8s-server.service'
     check "rpm %postun restarts on upgrade" has "$s" 'mark-restart-system-units litek8s-server.service'
+    ragt=$(ls "$dir"/litek8s-agent-*.rpm | head -n 1)
+    l=$(rpm -qlp "$ragt" 2>/dev/null)
+    check "rpm agent ships the unit" has "$l" '^/usr/lib/systemd/system/litek8s-agent.service$'
+    check "rpm agent ships the hook" has "$l" '^/usr/lib/litek8s/litek8s-agent-prestart$'
+    check "rpm agent ships /etc/sysconfig/litek8s-agent" has "$l" '^/etc/sysconfig/litek8s-agent$'
+    r=$(rpm -qp --requires "$ragt" 2>/dev/null)
+    for dep in '(runc or crun)' conmon containernetworking-plugins nftables; do
+        check "rpm agent requires $dep" has "$r" "$dep"
+    done
+    s=$(rpm -qp --scripts "$ragt" 2>/dev/null)
+    check "rpm agent %postun restarts on upgrade" has "$s" 'mark-restart-system-units litek8s-agent.service'
 else
     bad "no .rpm in $dir"
 fi

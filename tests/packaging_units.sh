@@ -1,7 +1,9 @@
 #!/bin/sh
 # Checks every unit in systemd/: `systemd-analyze verify` in a temporary root holding the
 # host's systemd units plus stand-ins for the commands the unit runs, and the sandbox score
-# of `systemd-analyze security --offline=true` (fails above $MAX_EXPOSURE).
+# of `systemd-analyze security --offline=true` (fails above $MAX_EXPOSURE; the agent runs
+# containers as root with every capability, as kubelet does, so its score is only recorded,
+# and what it must have instead is checked: Delegate=yes, KillMode=process, Type=notify).
 # Usage: sh tests/packaging_units.sh
 set -eu
 
@@ -15,7 +17,7 @@ failed=0
 mkdir -p "$root/usr/lib/systemd/system" "$root/usr/bin" "$root/bin" "$root/usr/lib/litek8s"
 cp -a /lib/systemd/system/. "$root/usr/lib/systemd/system/"
 # Stand-ins for the commands the units run (verify checks they exist and are executable).
-for cmd in /usr/bin/litek8s /bin/kill /usr/lib/litek8s/litek8s-server-prestart; do
+for cmd in /usr/bin/litek8s /bin/kill /usr/lib/litek8s/litek8s-server-prestart /usr/lib/litek8s/litek8s-agent-prestart; do
     printf '#!/bin/sh\n' >"$root$cmd"
     chmod +x "$root$cmd"
 done
@@ -33,7 +35,9 @@ for unit in "$here"/systemd/*.service "$here"/systemd/*.socket; do
     case $name in *.service)
         score=$(timeout 60 systemd-analyze security --offline=true --no-pager "$unit" 2>&1 \
             | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
-        if [ -n "$score" ] && awk -v s="$score" -v m="$MAX_EXPOSURE" 'BEGIN { exit !(s <= m) }'; then
+        if [ "$name" = litek8s-agent.service ] && [ -n "$score" ]; then
+            echo "ok   security $name: exposure $score (recorded, not bounded: it runs containers)"
+        elif [ -n "$score" ] && awk -v s="$score" -v m="$MAX_EXPOSURE" 'BEGIN { exit !(s <= m) }'; then
             echo "ok   security $name: exposure $score (max $MAX_EXPOSURE)"
         else
             echo "FAIL security $name: exposure '${score}' above $MAX_EXPOSURE"
@@ -45,4 +49,11 @@ done
 grep -q '^ExecStartPre=+/usr/lib/litek8s/litek8s-server-prestart$' "$here/systemd/litek8s-server.service" \
     && [ -x "$here/packaging/litek8s-server-prestart" ] && echo "ok   unit runs the shipped prestart hook" \
     || { echo "FAIL unit/hook path mismatch"; failed=$((failed + 1)); }
+agent=$here/systemd/litek8s-agent.service
+for line in 'Type=notify' 'Delegate=yes' 'KillMode=process' 'ExecStartPre=/usr/lib/litek8s/litek8s-agent-prestart' 'EnvironmentFile=-/etc/litek8s/agent.env' 'WatchdogSec=60s'; do
+    grep -qx -- "$line" "$agent" && echo "ok   agent unit: $line" \
+        || { echo "FAIL agent unit lacks $line"; failed=$((failed + 1)); }
+done
+[ -x "$here/packaging/litek8s-agent-prestart" ] && echo "ok   the agent's prestart hook is shipped" \
+    || { echo "FAIL packaging/litek8s-agent-prestart missing"; failed=$((failed + 1)); }
 [ "$failed" = 0 ] && echo "units: all ok" || { echo "units: $failed failed"; exit 1; }

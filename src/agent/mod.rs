@@ -1,12 +1,30 @@
-//! The node agent (`litek8s agent`): joins a cluster and runs the pods bound to its node.
+//! The node agent (`litek8s agent`): joins a cluster with its join token, registers this
+//! machine as a Node and keeps it reported, over whichever server of the cluster is up.
+//! What it does and the node directory's layout: docs/agent.md.
 //!
 //! # Layout
+//! - [`settings`]: flags and environment → [`AgentSettings`] (node name, node IP, the
+//!   token's sources, labels, taints, reserved resources, intervals).
+//! - [`join`]: the node's credential in `<node-dir>/credentials/`: the CA checked against the
+//!   token's hash, a key made here, its certificate signed by a server for the token's secret.
+//! - [`api`]: the API client: HTTP/2 with the node's certificate over the server list
+//!   (`failover`, kept in `<node-dir>/servers.json`), whole answers and streaming watches.
+//! - [`node`]: the Node's registration, status (`node::status`, from `node::machine`) and
+//!   `kube-node-lease` heartbeat (`node::lease`), and the watch that reads back its uid and
+//!   `spec.podCIDR`.
+//! - [`run`]: the assembly, sd_notify, shutdown.
 //! - [`runtime`]: runc or crun under conmon: detection, OCI `config.json`, container
 //!   lifecycle, state on disk adopted after an agent restart.
 //! - [`sandbox`]: the pod-level environment containers join: namespaces, CNI network,
 //!   `/etc/hosts`, hostname, `resolv.conf`.
-//!
-//! How these parts behave and what they leave on disk: docs/agent.md.
 
+pub mod api;
+pub mod join;
+pub mod node;
+pub mod run;
 pub mod runtime;
 pub mod sandbox;
+pub mod settings;
+
+pub use run::{run, run_until, AgentError};
+pub use settings::{AgentFlags, AgentSettings};

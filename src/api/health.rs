@@ -70,12 +70,16 @@ fn check(path: &str, checks: &[(&str, bool)], verbose: bool) -> Response<ApiBody
     }
 }
 
+/// The Kubernetes version litek8s implements, as `/version` reports it (and node agents
+/// report it as their kubelet version).
+pub const KUBERNETES_VERSION: &str = "v1.33.0+litek8s";
+
 /// version.Info.
 pub fn version() -> serde_json::Value {
     json!({
         "major": "1",
         "minor": "33",
-        "gitVersion": "v1.33.0+litek8s",
+        "gitVersion": KUBERNETES_VERSION,
         "gitCommit": option_env!("LITEK8S_GIT_COMMIT").unwrap_or("unknown"),
         "gitTreeState": "clean",
         "buildDate": option_env!("LITEK8S_BUILD_DATE").unwrap_or("1970-01-01T00:00:00Z"),

@@ -1,6 +1,7 @@
 //! Command-line interface: the `litek8s` command, its subcommands and their flags. Flags are
 //! turned into settings structs here; subcommands receive settings, never raw arguments.
 
+pub mod agent;
 pub mod apiserver;
 pub mod lb;
 pub mod server;
@@ -37,6 +38,9 @@ pub enum Command {
     /// Run the load balancer: one address for kubectl in front of an HA cluster.
     #[command(long_about = lb::LONG_ABOUT)]
     Lb(lb::LbArgs),
+    /// Run the node agent: join a cluster and register this machine as a Node.
+    #[command(long_about = agent::LONG_ABOUT)]
+    Agent(agent::AgentArgs),
 }
 
 impl Cli {
@@ -58,6 +62,7 @@ impl Cli {
                     .ok()
                     .and_then(|h| h.into_string().ok())
             }),
+            Command::Agent(args) => args.log_node_name(),
             Command::Server(_) | Command::Lb(_) => None,
         };
         let fields: Vec<(&str, String)> = node_name.map(|n| ("NODE_NAME", n)).into_iter().collect();
@@ -72,6 +77,7 @@ impl Cli {
             Command::Apiserver(args) => args.run(),
             Command::Server(args) => args.run(),
             Command::Lb(args) => args.run(),
+            Command::Agent(args) => args.run(),
         }
     }
 }

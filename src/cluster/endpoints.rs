@@ -1,8 +1,9 @@
-//! The cluster endpoints of the API port: `/cacerts` for joiners (public: a joiner checks its
-//! hash against the token), `/litek8s/v1/apiservers` for load balancers (public: the members'
-//! API addresses, nothing else), and the secret-authenticated join bundle, join, member list and
-//! removal, which run on the leader (forwarded over the Raft listener when this member
-//! follows).
+//! The cluster endpoints of the API port, on every server: `/cacerts` for joiners (public: a
+//! joiner checks its hash against the token), `/litek8s/v1/apiservers` for load balancers and
+//! node agents (public: the servers' API addresses, nothing else), and the secret-authenticated
+//! node credential (`node_credential`: signed here, by whichever server is asked). On cluster
+//! members also the join bundle, join, member list and removal, which run on the leader
+//! (forwarded over the Raft listener when this member follows).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +15,12 @@ use hyper::body::Incoming;
 use super::member::Member;
 use super::membership;
 use super::node::{ClusterNode, Leadership};
+use super::node_credential::{self, NodeCredential, NodeCredentialRequest};
 use super::peer::PeerError;
 use super::protocol::{
     api_paths, paths, ApiServers, JoinBundle, JoinRequest, MembershipReply, RemoveRequest,
 };
+use super::token::ClusterSecret;
 use crate::api::{response, ApiBody};
 
 /// How long a join may take (a learner catching up with a large store included).
@@ -25,10 +28,20 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// What the endpoints serve from.
 pub struct ClusterEndpoints {
-    pub node: Arc<ClusterNode>,
+    pub servers: Servers,
+    /// The join secret: this cluster's, or a single server's own.
+    pub secret: ClusterSecret,
     pub ca_cert: String,
     pub ca_key: String,
     pub admin_token: String,
+}
+
+/// Which servers there are.
+pub enum Servers {
+    /// A single server, reached at this API address.
+    Single { api: String },
+    /// A cluster member: the membership says.
+    Member(Arc<ClusterNode>),
 }
 
 fn text(status: StatusCode, message: &str) -> Response<ApiBody> {
@@ -69,7 +82,7 @@ impl ClusterEndpoints {
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-            .is_some_and(|token| self.node.secret.matches(token));
+            .is_some_and(|token| self.secret.matches(token));
         if !authorized {
             return text(StatusCode::UNAUTHORIZED, "the cluster secret is required");
         }
@@ -77,29 +90,85 @@ impl ClusterEndpoints {
             Ok(collected) => collected.to_bytes(),
             Err(e) => return text(StatusCode::BAD_REQUEST, &format!("reading the body: {e}")),
         };
+        if path == api_paths::NODE_CREDENTIAL {
+            return match serde_json::from_slice::<NodeCredentialRequest>(&body) {
+                Ok(request) => self.node_credential(&request),
+                Err(e) => text(
+                    StatusCode::BAD_REQUEST,
+                    &format!("node credential request: {e}"),
+                ),
+            };
+        }
+        let node = match &self.servers {
+            Servers::Member(node) => node,
+            Servers::Single { .. } => {
+                return text(
+                    StatusCode::NOT_FOUND,
+                    "this is a single server, not a cluster member (start it with --cluster-init to form a cluster)",
+                )
+            }
+        };
         match path.as_str() {
-            api_paths::BUNDLE => json(&self.bundle()),
+            api_paths::BUNDLE => json(&self.bundle(node)),
             api_paths::JOIN => match serde_json::from_slice::<JoinRequest>(&body) {
-                Ok(request) => json(&self.on_leader(paths::JOIN, &request, JOIN_TIMEOUT).await),
+                Ok(request) => json(&on_leader(node, paths::JOIN, &request, JOIN_TIMEOUT).await),
                 Err(e) => text(StatusCode::BAD_REQUEST, &format!("join request: {e}")),
             },
-            api_paths::MEMBERS => json(
-                &self
-                    .on_leader(paths::MEMBERS, &(), Duration::from_secs(5))
-                    .await,
-            ),
+            api_paths::MEMBERS => {
+                json(&on_leader(node, paths::MEMBERS, &(), Duration::from_secs(5)).await)
+            }
             api_paths::REMOVE => match serde_json::from_slice::<RemoveRequest>(&body) {
-                Ok(request) => json(&self.on_leader(paths::REMOVE, &request, JOIN_TIMEOUT).await),
+                Ok(request) => json(&on_leader(node, paths::REMOVE, &request, JOIN_TIMEOUT).await),
                 Err(e) => text(StatusCode::BAD_REQUEST, &format!("remove request: {e}")),
             },
             _ => text(StatusCode::NOT_FOUND, "no such endpoint"),
         }
     }
 
-    /// The API addresses of the members in this member's view of the membership (voters and
-    /// learners; a balancer checks each one's /readyz before using it).
+    /// The cluster member behind these endpoints, if this server is one.
+    pub fn node(&self) -> Option<&Arc<ClusterNode>> {
+        match &self.servers {
+            Servers::Member(node) => Some(node),
+            Servers::Single { .. } => None,
+        }
+    }
+
+    /// A node agent's certificate (see `node_credential`).
+    fn node_credential(&self, request: &NodeCredentialRequest) -> Response<ApiBody> {
+        match node_credential::sign(&self.ca_cert, &self.ca_key, request) {
+            Ok(certificate) => {
+                tracing::info!(
+                    component = "server",
+                    node = %request.node_name,
+                    "issued a node certificate"
+                );
+                json(&NodeCredential {
+                    certificate,
+                    ca: self.ca_cert.clone(),
+                    servers: self.api_servers().servers,
+                })
+            }
+            Err(e) if e.is_bad_request() => text(StatusCode::BAD_REQUEST, &e.to_string()),
+            Err(e) => {
+                tracing::error!(component = "server", "{e}");
+                text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
+            }
+        }
+    }
+
+    /// The API addresses of the servers: a single server's own, or the members in this
+    /// member's view of the membership (voters and learners; a balancer checks each one's
+    /// /readyz before using it).
     fn api_servers(&self) -> ApiServers {
-        let metrics = self.node.metrics();
+        let node = match &self.servers {
+            Servers::Single { api } => {
+                return ApiServers {
+                    servers: vec![api.clone()],
+                }
+            }
+            Servers::Member(node) => node,
+        };
+        let metrics = node.metrics();
         let mut servers: Vec<String> = metrics
             .membership_config
             .nodes()
@@ -111,8 +180,8 @@ impl ClusterEndpoints {
         ApiServers { servers }
     }
 
-    fn bundle(&self) -> JoinBundle {
-        let metrics = self.node.metrics();
+    fn bundle(&self, node: &ClusterNode) -> JoinBundle {
+        let metrics = node.metrics();
         JoinBundle {
             ca_cert: self.ca_cert.clone(),
             ca_key: self.ca_key.clone(),
@@ -124,48 +193,47 @@ impl ClusterEndpoints {
                 .collect(),
         }
     }
+}
 
-    /// Runs a membership request on the leader: here if this member leads, else forwarded.
-    async fn on_leader<T: serde::Serialize>(
-        &self,
-        path: &str,
-        request: &T,
-        timeout: Duration,
-    ) -> MembershipReply {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match self.node.wait_for_leader(remaining).await {
-                Leadership::Unknown => return MembershipReply::NotLeader,
-                Leadership::Me if path == paths::MEMBERS => {
-                    return MembershipReply::Done(membership::view(&self.node))
-                }
-                Leadership::Me | Leadership::Other { .. } => {}
+/// Runs a membership request on the leader: here if this member leads, else forwarded.
+async fn on_leader<T: serde::Serialize>(
+    node: &ClusterNode,
+    path: &str,
+    request: &T,
+    timeout: Duration,
+) -> MembershipReply {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match node.wait_for_leader(remaining).await {
+            Leadership::Unknown => return MembershipReply::NotLeader,
+            Leadership::Me if path == paths::MEMBERS => {
+                return MembershipReply::Done(membership::view(node))
             }
-            let target = match self.node.leadership() {
-                Leadership::Me => self.node.me.raft.clone(),
-                Leadership::Other { member, .. } => member.raft,
-                Leadership::Unknown => continue,
-            };
-            let reply: Result<MembershipReply, PeerError> = self
-                .node
-                .peers
-                .post(
-                    &target,
-                    path,
-                    request,
-                    remaining.max(Duration::from_secs(1)),
-                )
-                .await;
-            match reply {
-                Ok(MembershipReply::NotLeader) | Err(PeerError::Unreachable { .. })
-                    if tokio::time::Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Ok(reply) => return reply,
-                Err(e) => return MembershipReply::Refused(e.to_string()),
+            Leadership::Me | Leadership::Other { .. } => {}
+        }
+        let target = match node.leadership() {
+            Leadership::Me => node.me.raft.clone(),
+            Leadership::Other { member, .. } => member.raft,
+            Leadership::Unknown => continue,
+        };
+        let reply: Result<MembershipReply, PeerError> = node
+            .peers
+            .post(
+                &target,
+                path,
+                request,
+                remaining.max(Duration::from_secs(1)),
+            )
+            .await;
+        match reply {
+            Ok(MembershipReply::NotLeader) | Err(PeerError::Unreachable { .. })
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
+            Ok(reply) => return reply,
+            Err(e) => return MembershipReply::Refused(e.to_string()),
         }
     }
 }

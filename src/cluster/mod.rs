@@ -20,7 +20,8 @@
 //! - [`handoff`]: a stopping leader's handoff to a successor; [`crash_watch`]: followers
 //!   campaign as soon as a crashed leader's lease is over;
 //! - [`leader`]: when the leader-gated singletons may run, their read barrier, and the
-//!   up-to-date members; [`endpoints`]: the cluster endpoints of the API port.
+//!   up-to-date members; [`endpoints`]: the cluster endpoints of the API port (on every
+//!   server, a single one too); [`node_credential`]: node agents' client certificates.
 //!
 //! The cluster sits below the process assembly (`server`): it never imports it. `server`
 //! wraps a started member as its backend.
@@ -38,6 +39,7 @@ pub mod membership;
 pub mod mode;
 pub mod network;
 pub mod node;
+pub mod node_credential;
 pub mod peer;
 pub mod protocol;
 pub mod readiness;

@@ -2,6 +2,11 @@
 //! first member of a new cluster (`--cluster-init`), a server joining one (`--server URL`), or
 //! a member restarting (its data directory holds `raft/member.json`, and then the flags are
 //! ignored: a data directory that belongs to a cluster always restarts as that member).
+//!
+//! Every server has a cluster secret, a single one too: node agents join any server with the
+//! same token (`<data-dir>/join-token`). A single server keeps its secret in
+//! `<data-dir>/cluster-secret` like a member, so `--cluster-init` on its directory later keeps
+//! the token its agents already hold.
 
 use super::error::{read_optional, write_file, ClusterError};
 use super::join;
@@ -33,8 +38,8 @@ impl std::fmt::Debug for ClusterFlags {
 /// How this start runs.
 #[derive(Debug)]
 pub enum Mode {
-    /// No cluster: objects.wal.
-    Single,
+    /// No cluster: objects.wal. The secret authenticates agents joining it.
+    Single { secret: ClusterSecret },
     /// `--cluster-init` on a directory that is not a member yet.
     Init { secret: ClusterSecret },
     /// `--server URL` on a directory that is not a member yet.
@@ -62,10 +67,7 @@ pub fn decide(flags: &ClusterFlags, dir: &ClusterDir) -> Result<Mode, ClusterErr
         .transpose()
         .map_err(|e| ClusterError::Config(format!("LITEK8S_TOKEN: {e}")))?;
     if flags.init {
-        let secret = match token {
-            Some(token) => token.secret,
-            None => ClusterSecret::generate(),
-        };
+        let secret = own_secret(dir, token)?;
         return Ok(Mode::Init { secret });
     }
     if let Some(url) = &flags.server {
@@ -77,7 +79,38 @@ pub fn decide(flags: &ClusterFlags, dir: &ClusterDir) -> Result<Mode, ClusterErr
         })?;
         return Ok(Mode::Join { addr, token });
     }
-    Ok(Mode::Single)
+    Ok(Mode::Single {
+        secret: own_secret(dir, token)?,
+    })
+}
+
+/// The secret of a server that owns its cluster (a single server, `--cluster-init`): the one
+/// `LITEK8S_TOKEN` gives, else the one this directory already holds (a single server turning
+/// into the first member keeps the token its agents joined with), else a new one.
+fn own_secret(dir: &ClusterDir, token: Option<JoinToken>) -> Result<ClusterSecret, ClusterError> {
+    if let Some(token) = token {
+        return Ok(token.secret);
+    }
+    if read_optional(&dir.secret_file())?.is_some() {
+        return read_secret(dir);
+    }
+    Ok(ClusterSecret::generate())
+}
+
+/// Writes the secret and `<data-dir>/join-token` (`K10<sha256 of ca_pem>::server:<secret>`,
+/// what servers and agents join with), both 0600.
+pub fn write_secret_and_token(
+    dir: &ClusterDir,
+    ca_pem: &str,
+    secret: &ClusterSecret,
+) -> Result<(), ClusterError> {
+    write_secret(dir, secret)?;
+    let token = JoinToken::for_cluster(ca_pem, secret);
+    write_file(
+        &dir.join_token_file(),
+        format!("{token}\n").as_bytes(),
+        SECRET_MODE,
+    )
 }
 
 /// The first step of a join, before the server loads its certificates: fetch the cluster CA
@@ -114,4 +147,58 @@ pub(super) fn read_secret(dir: &ClusterDir) -> Result<ClusterSecret, ClusterErro
         ClusterError::corrupt(&path, "missing: the cluster secret of this member")
     })?;
     ClusterSecret::new(text.trim()).map_err(|e| ClusterError::corrupt(&path, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(init: bool, token: Option<&str>) -> ClusterFlags {
+        ClusterFlags {
+            init,
+            token: token.map(str::to_string),
+            ..ClusterFlags::default()
+        }
+    }
+
+    fn secret_of(mode: Mode) -> ClusterSecret {
+        match mode {
+            Mode::Single { secret } | Mode::Init { secret } => secret,
+            other => panic!("unexpected mode {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_single_server_keeps_its_secret_into_cluster_init() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = ClusterDir::new(tmp.path());
+        let first = secret_of(decide(&flags(false, None), &dir).unwrap());
+        write_secret_and_token(&dir, "CA", &first).unwrap();
+        let token = std::fs::read_to_string(dir.join_token_file()).unwrap();
+        assert_eq!(token.trim(), JoinToken::for_cluster("CA", &first));
+        // Restarting, and then forming a cluster on the same directory, keep it.
+        assert_eq!(secret_of(decide(&flags(false, None), &dir).unwrap()), first);
+        assert_eq!(secret_of(decide(&flags(true, None), &dir).unwrap()), first);
+        // A token given explicitly wins.
+        let given = "given-secret-0123456789";
+        assert_eq!(
+            secret_of(decide(&flags(true, Some(given)), &dir).unwrap()).as_str(),
+            given
+        );
+        // A fresh directory gets a fresh secret.
+        let other = tempfile::tempdir().unwrap();
+        let fresh = secret_of(decide(&flags(false, None), &ClusterDir::new(other.path())).unwrap());
+        assert_ne!(fresh, first);
+    }
+
+    #[test]
+    fn a_damaged_secret_file_is_an_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = ClusterDir::new(tmp.path());
+        std::fs::write(dir.secret_file(), "short\n").unwrap();
+        assert!(matches!(
+            decide(&flags(false, None), &dir),
+            Err(ClusterError::Corrupt { .. })
+        ));
+    }
 }

@@ -20,13 +20,17 @@ pub mod paths {
     pub const LEADER_LEAVING: &str = "/cluster/leader-leaving";
 }
 
-/// Paths served on the API port for joiners and the `server` CLI.
+/// Paths served on the API port for joiners, node agents and the `server` CLI.
 pub mod api_paths {
     /// The cluster CA certificate, unauthenticated (the joiner checks its hash).
     pub const CACERTS: &str = "/cacerts";
-    /// The members' API addresses, unauthenticated and read-only, for load balancers
-    /// (`litek8s lb`): addresses only, nothing secret. `{"servers": ["HOST:PORT", ...]}`.
+    /// The servers' API addresses, unauthenticated and read-only, for load balancers
+    /// (`litek8s lb`) and node agents: addresses only, nothing secret. `{"servers":
+    /// ["HOST:PORT", ...]}`. A single server lists itself.
     pub const APISERVERS: &str = "/litek8s/v1/apiservers";
+    /// A node agent's client certificate for the join secret (`cluster::node_credential`);
+    /// served by every server, single or member.
+    pub const NODE_CREDENTIAL: &str = "/litek8s/v1/node-credential";
     /// What a joiner needs before it can start (secret-authenticated).
     pub const BUNDLE: &str = "/litek8s/v1/bundle";
     pub const JOIN: &str = "/litek8s/v1/join";

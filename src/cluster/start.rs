@@ -13,18 +13,17 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::crash_watch;
-use super::endpoints::ClusterEndpoints;
-use super::error::{write_file, ClusterError};
+use super::endpoints::{ClusterEndpoints, Servers};
+use super::error::ClusterError;
 use super::init::{retire_single_server_wal, write_first_snapshot};
 use super::join;
 use super::member::{new_node_id, ClusterDir, Identity, Member};
-use super::mode::{read_secret, write_secret, Mode};
+use super::mode::{read_secret, write_secret, write_secret_and_token, Mode};
 use super::node::{ClusterNode, NodeConfig};
 use super::rpc;
 use super::timers::Timers;
-use super::token::JoinToken;
 use crate::kube::store::Store;
-use crate::storage::fsutil::{remove_dir_if_present, SECRET_MODE};
+use crate::storage::fsutil::remove_dir_if_present;
 use crate::systemd::readiness::{Readiness, ReadinessReporter};
 
 /// A running member's pieces for `server::run`.
@@ -88,7 +87,7 @@ pub async fn start(inputs: StartInputs<'_>) -> Result<Started, ClusterError> {
         api: SocketAddr::new(advertised, api_addr.port()).to_string(),
     };
     let (identity, secret, join_addr) = match mode {
-        Mode::Single => {
+        Mode::Single { .. } => {
             return Err(ClusterError::Config(
                 "a single server is not a cluster member".into(),
             ))
@@ -104,6 +103,7 @@ pub async fn start(inputs: StartInputs<'_>) -> Result<Started, ClusterError> {
             })
             .await
             .map_err(|e| ClusterError::raft("writing the first snapshot", e))??;
+            // Before the identity, which marks a complete start: a member never lacks it.
             write_secret(&dir, &secret)?;
             let identity = Identity {
                 node_id,
@@ -128,12 +128,7 @@ pub async fn start(inputs: StartInputs<'_>) -> Result<Started, ClusterError> {
             (identity, token.secret, Some(addr))
         }
     };
-    let token_text = JoinToken::for_cluster(&ca_cert, &secret);
-    write_file(
-        &dir.join_token_file(),
-        format!("{token_text}\n").as_bytes(),
-        SECRET_MODE,
-    )?;
+    write_secret_and_token(&dir, &ca_cert, &secret)?;
 
     let raft_bind = SocketAddr::new(listen_ip, raft_port);
     let raft_tcp = std::net::TcpListener::bind(raft_bind).map_err(|error| ClusterError::Bind {
@@ -195,7 +190,8 @@ pub async fn start(inputs: StartInputs<'_>) -> Result<Started, ClusterError> {
         );
     }
     let endpoints = Arc::new(ClusterEndpoints {
-        node: node.clone(),
+        servers: Servers::Member(node.clone()),
+        secret,
         ca_cert,
         ca_key,
         admin_token,

@@ -5,12 +5,16 @@
 //!
 //! A pool's connections are driven by tasks on the runtime that opened them: make one pool
 //! per runtime (the Raft runtime's RPCs must not depend on the API runtime's workers).
+//!
+//! [`Pool::send`] reads whole answers; [`Pool::stream`] hands back the answer's head and a
+//! body still arriving, for watches (the node agent's API client).
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
@@ -69,6 +73,40 @@ impl Pool {
         })
     }
 
+    fn authorize(&self, request: &mut Request<Full<Bytes>>) {
+        if let Some(value) = &self.authorization {
+            request
+                .headers_mut()
+                .insert(header::AUTHORIZATION, value.clone());
+        }
+    }
+
+    async fn head(&self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>, ClientError> {
+        self.client.request(request).await.map_err(|e| {
+            if e.is_connect() {
+                ClientError::from_connect(&e)
+            } else {
+                ClientError::Lost(chain(&e))
+            }
+        })
+    }
+
+    /// Sends `request` (an absolute `https://` URI) and returns the answer's head within
+    /// `timeout`, its body still streaming: the caller bounds how long and how much it reads
+    /// (a watch reads events until the server ends it or the caller drops the body, which
+    /// resets only this stream).
+    pub async fn stream(
+        &self,
+        mut request: Request<Full<Bytes>>,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, ClientError> {
+        self.authorize(&mut request);
+        match tokio::time::timeout(timeout, self.head(request)).await {
+            Ok(result) => result,
+            Err(_) => Err(ClientError::Timeout(timeout)),
+        }
+    }
+
     /// Sends `request` (an absolute `https://` URI) and returns the whole answer, whatever
     /// its status, within `limits`.
     pub async fn send(
@@ -76,19 +114,9 @@ impl Pool {
         mut request: Request<Full<Bytes>>,
         limits: Limits,
     ) -> Result<Response<Bytes>, ClientError> {
-        if let Some(value) = &self.authorization {
-            request
-                .headers_mut()
-                .insert(header::AUTHORIZATION, value.clone());
-        }
+        self.authorize(&mut request);
         let exchange = async {
-            let response = self.client.request(request).await.map_err(|e| {
-                if e.is_connect() {
-                    ClientError::from_connect(&e)
-                } else {
-                    ClientError::Lost(chain(&e))
-                }
-            })?;
+            let response = self.head(request).await?;
             let (parts, body) = response.into_parts();
             let body = Limited::new(body, limits.max_body)
                 .collect()

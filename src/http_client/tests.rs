@@ -455,3 +455,38 @@ async fn a_pool_reuses_one_http2_connection_and_sends_the_bearer_token() {
 
     assert!(Pool::http2(&tls, Some("line\nbreak")).is_err());
 }
+
+#[tokio::test]
+async fn a_pool_streams_an_answer_on_the_shared_connection() {
+    use http_body_util::BodyExt;
+    let ca = Ca::new("cluster");
+    let (cert, key) = ca.issue(&["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
+    let (addr, accepted) = serve(Some(server_tls(&cert, &key, None, &[b"h2"]))).await;
+    let pool = Pool::http2(&TlsConfig::pinned(&ca.pem(), None).unwrap(), None).unwrap();
+    let request = |path: &str| {
+        Request::get(format!("https://{addr}{path}"))
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    let head = pool
+        .stream(request("/big/100000"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(head.status(), StatusCode::OK);
+    let mut body = head.into_body();
+    let mut read = 0;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.unwrap().into_data() {
+            read += data.len();
+        }
+    }
+    assert_eq!(read, 100_000);
+    // The head is bounded; the connection stays shared.
+    let e = pool
+        .stream(request("/slow"), Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert_eq!(e, ClientError::Timeout(Duration::from_millis(200)));
+    pool.send(request("/a"), LIMITS).await.unwrap();
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}

@@ -38,6 +38,8 @@ pub enum Backend {
 /// A single server.
 pub struct Single {
     wal: Arc<WalWriter>,
+    /// `/cacerts`, its own address as the server list, node credentials.
+    endpoints: Arc<ClusterEndpoints>,
     /// Always `Some(0)`: a single server leads for its whole life.
     leading: watch::Sender<Option<u64>>,
 }
@@ -49,9 +51,10 @@ pub struct Member {
 }
 
 impl Backend {
-    pub fn single(wal: WalWriter) -> Backend {
+    pub fn single(wal: WalWriter, endpoints: Arc<ClusterEndpoints>) -> Backend {
         Backend::Single(Single {
             wal: Arc::new(wal),
+            endpoints,
             leading: watch::Sender::new(Some(0)),
         })
     }
@@ -122,11 +125,12 @@ impl Backend {
         }
     }
 
-    /// The cluster endpoints of the API port (joins, `/cacerts`, forwarding), on a member.
-    pub fn cluster_endpoints(&self) -> Option<Arc<ClusterEndpoints>> {
+    /// The cluster endpoints of the API port (`/cacerts`, the server list, node credentials;
+    /// on a member also joins and forwarding).
+    pub fn cluster_endpoints(&self) -> Arc<ClusterEndpoints> {
         match self {
-            Backend::Single(_) => None,
-            Backend::Member(m) => Some(m.endpoints.clone()),
+            Backend::Single(s) => s.endpoints.clone(),
+            Backend::Member(m) => m.endpoints.clone(),
         }
     }
 

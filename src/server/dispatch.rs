@@ -20,8 +20,9 @@ use crate::cluster::node::Leadership;
 pub struct Dispatch {
     pub ctx: Arc<ApiContext>,
     pub authn: Authenticator,
-    /// The cluster endpoints of the API port (`/cacerts`, joins), on cluster members.
-    pub cluster: Option<Arc<ClusterEndpoints>>,
+    /// The cluster endpoints of the API port (`/cacerts`, the server list, node credentials;
+    /// joins on cluster members).
+    pub cluster: Arc<ClusterEndpoints>,
 }
 
 impl Dispatch {
@@ -31,17 +32,16 @@ impl Dispatch {
         conn: Arc<Connection>,
         req: Request<Incoming>,
     ) -> Result<Response<ApiBody>, Infallible> {
-        if let Some(cluster) = &self.cluster {
-            if ClusterEndpoints::owns(req.uri().path()) {
-                return Ok(cluster.handle(req, conn.tls).await);
-            }
-            // A write a follower forwarded (the cluster secret vouches for the user).
-            if conn.tls {
-                if let Some(user) = forward::forwarded_user(&cluster.node, &req) {
-                    let mut resp = router::serve(self.ctx.clone(), req, user).await;
-                    forward::stamp_leader_version(&cluster.node, &mut resp);
-                    return Ok(resp);
-                }
+        if ClusterEndpoints::owns(req.uri().path()) {
+            return Ok(self.cluster.handle(req, conn.tls).await);
+        }
+        let node = self.cluster.node();
+        // A write a follower forwarded (the cluster secret vouches for the user).
+        if let (Some(node), true) = (node, conn.tls) {
+            if let Some(user) = forward::forwarded_user(node, &req) {
+                let mut resp = router::serve(self.ctx.clone(), req, user).await;
+                forward::stamp_leader_version(node, &mut resp);
+                return Ok(resp);
             }
         }
         // Health endpoints answer everyone the same way, credentials or not.
@@ -49,11 +49,9 @@ impl Dispatch {
             return Ok(resp);
         }
         if let Some(user) = self.authn.authenticate(&conn, &req) {
-            if let Some(cluster) = &self.cluster {
-                if forward::is_forwardable_write(&req)
-                    && cluster.node.leadership() != Leadership::Me
-                {
-                    return Ok(match forward::route(&cluster.node, req, &user).await {
+            if let Some(node) = node {
+                if forward::is_forwardable_write(&req) && node.leadership() != Leadership::Me {
+                    return Ok(match forward::route(node, req, &user).await {
                         Routed::Answered(resp) => resp,
                         Routed::Local(req) => router::serve(self.ctx.clone(), req, user).await,
                     });

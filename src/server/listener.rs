@@ -143,6 +143,12 @@ async fn serve_connection(
         let stream = tokio::time::timeout(limits.handshake, tls.accept(stream))
             .await
             .map_err(|_| "TLS handshake timed out")??;
+        // Once per connection: the chain check is the costly part of a client certificate.
+        let client_cert = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| dispatch.authn.client_certificate(chain));
         // hyper-util first reads the start of the stream to tell HTTP/1 from HTTP/2, with no
         // timeout of its own: wait for the first request bytes here, under the handshake
         // timeout, so a client that completes TLS and then goes quiet is dropped.
@@ -156,7 +162,7 @@ async fn serve_connection(
         }
         let conn = Connection {
             tls: true,
-            peer_certs: Vec::new(),
+            client_cert,
         };
         serve_http(stream, conn, dispatch, limits, shutdown).await
     } else {

@@ -25,6 +25,7 @@ use super::token::AdminToken;
 use super::{identity_lease, kubeconfig, pki, tls};
 use crate::api::{ApiContext, ApiSettings};
 use crate::client::{identities, Client};
+use crate::cluster::endpoints::{ClusterEndpoints, Servers};
 use crate::cluster::member::ClusterDir;
 use crate::cluster::mode::{self, Mode};
 use crate::cluster::protocol::JoinBundle;
@@ -99,7 +100,7 @@ pub async fn run_until(
         ..StoreConfig::default()
     }));
     let wal = match mode {
-        Mode::Single => Some(open_wal(&dir, &store, &readiness).await?),
+        Mode::Single { .. } => Some(open_wal(&dir, &store, &readiness).await?),
         _ => None,
     };
 
@@ -122,35 +123,46 @@ pub async fn run_until(
     let kubeconfig_yaml = kubeconfig::render(&url, &pki.ca_cert_pem, token.as_str());
     kubeconfig::write(&settings.kubeconfig, &kubeconfig_yaml)?;
 
-    let backend = match wal {
-        Some(wal) => Backend::single(wal),
-        None => {
-            let ca_key = read_optional(&dir.ca_key())?.unwrap_or_default();
-            let advertised_ip = settings
-                .advertised_ips()
-                .first()
-                .copied()
-                .unwrap_or(bound.ip());
-            Backend::member(
-                cluster_start::start(cluster_start::StartInputs {
-                    mode,
-                    name: settings.name.clone(),
-                    data_dir: dir.root(),
-                    listen_ip: settings.listen.ip(),
-                    advertised_ip,
-                    raft_port: settings.cluster.raft_port,
-                    store: store.clone(),
-                    ca_cert: pki.ca_cert_pem.clone(),
-                    ca_key,
-                    tls: TlsAcceptor::from(tls_config.clone()),
-                    admin_token: token.as_str().to_string(),
-                    api_addr: bound,
-                    shutdown: shutdown.clone(),
-                    readiness: readiness.clone(),
-                })
-                .await?,
-            )
+    let ca_key = read_optional(&dir.ca_key())?.unwrap_or_default();
+    let advertised_ip = settings
+        .advertised_ips()
+        .first()
+        .copied()
+        .unwrap_or(bound.ip());
+    let backend = match (wal, mode) {
+        (Some(wal), Mode::Single { secret }) => {
+            // Agents join a single server as they join a cluster: with its join token.
+            mode::write_secret_and_token(&cluster_dir, &pki.ca_cert_pem, &secret)?;
+            let endpoints = Arc::new(ClusterEndpoints {
+                servers: Servers::Single {
+                    api: std::net::SocketAddr::new(advertised_ip, bound.port()).to_string(),
+                },
+                secret,
+                ca_cert: pki.ca_cert_pem.clone(),
+                ca_key,
+                admin_token: token.as_str().to_string(),
+            });
+            Backend::single(wal, endpoints)
         }
+        (_, mode) => Backend::member(
+            cluster_start::start(cluster_start::StartInputs {
+                mode,
+                name: settings.name.clone(),
+                data_dir: dir.root(),
+                listen_ip: settings.listen.ip(),
+                advertised_ip,
+                raft_port: settings.cluster.raft_port,
+                store: store.clone(),
+                ca_cert: pki.ca_cert_pem.clone(),
+                ca_key,
+                tls: TlsAcceptor::from(tls_config.clone()),
+                admin_token: token.as_str().to_string(),
+                api_addr: bound,
+                shutdown: shutdown.clone(),
+                readiness: readiness.clone(),
+            })
+            .await?,
+        ),
     };
     let api_settings = ApiSettings {
         server_name: settings.name.clone(),
@@ -166,7 +178,7 @@ pub async fn run_until(
         tls: TlsAcceptor::from(tls_config),
         dispatch: Arc::new(Dispatch {
             ctx: ctx.clone(),
-            authn: Authenticator::new(token),
+            authn: Authenticator::new(token, &pki.ca_cert_pem)?,
             cluster: backend.cluster_endpoints(),
         }),
         limits: Limits::default(),

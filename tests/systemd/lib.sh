@@ -9,8 +9,9 @@ set -euo pipefail
 : "${LITEK8S_TEST_MIRROR:=http://deb.debian.org/debian}"
 : "${LITEK8S_TEST_WORK:=/var/tmp/litek8s-test}"
 # Packages the rootfs needs beyond minbase: systemd as PID 1, dbus for systemctl, iproute2
-# (ss, used by the prestart hook), procps for debugging.
-ROOTFS_INCLUDE=systemd,systemd-sysv,dbus,iproute2,procps,ca-certificates
+# (ss, used by the prestart hook), procps for debugging, and what litek8s-agent depends on
+# (the containers have no network to fetch it: crun, conmon, the CNI plugins, nftables).
+ROOTFS_INCLUDE=systemd,systemd-sysv,dbus,iproute2,procps,ca-certificates,crun,conmon,containernetworking-plugins,nftables
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
@@ -26,11 +27,12 @@ need_tools() {
     fi
 }
 
-# The bookworm rootfs, debootstrapped once and reused. A stamp file marks a complete one, so
-# an interrupted debootstrap is redone instead of being used half-built.
+# The bookworm rootfs, debootstrapped once and reused. A stamp file holding the package list
+# marks a complete one, so an interrupted debootstrap, or one made for another list, is redone
+# instead of being used.
 ensure_rootfs() {
     local root="$LITEK8S_TEST_CACHE/$LITEK8S_TEST_SUITE"
-    if [ -f "$root/.litek8s-complete" ]; then
+    if [ -f "$root/.litek8s-complete" ] && [ "$(cat "$root/.litek8s-complete")" = "$ROOTFS_INCLUDE" ]; then
         printf '%s\n' "$root"
         return
     fi
@@ -48,7 +50,7 @@ ensure_rootfs() {
     rm -f "$root/var/lib/dbus/machine-id"
     # No network inside: apt must never try to fetch.
     : >"$root/etc/apt/sources.list"
-    touch "$root/.litek8s-complete"
+    printf '%s' "$ROOTFS_INCLUDE" >"$root/.litek8s-complete"
     printf '%s\n' "$root"
 }
 

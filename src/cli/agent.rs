@@ -1,0 +1,135 @@
+//! Flags of `litek8s agent`; resolved into `AgentSettings` by `agent::settings`.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::apiserver::parse_go_duration;
+use crate::agent::settings::{AgentFlags, AgentSettings, DEFAULT_NODE_DIR};
+
+/// The long help of `litek8s agent --help`.
+pub const LONG_ABOUT: &str = "Run the node agent: join a cluster (or a single server) and \
+register this machine as a Node, kept Ready through its Lease and status.
+
+The first start joins with the cluster's join token (<data-dir>/join-token on a server), \
+given in LITEK8S_TOKEN or a file (--token-file): the agent fetches the cluster CA, checks it \
+against the token's hash, and exchanges the token for a client certificate of its own, kept in \
+<node-dir>/credentials/. Later starts need no token. The servers of the cluster are learned \
+and remembered in <node-dir>/servers.json; the agent checks the server in use every 2 s and \
+moves to another when it is unreachable or not ready.
+
+Example:
+  LITEK8S_TOKEN=$(cat /var/lib/litek8s/apiserver/join-token) \\
+    litek8s agent --server https://192.0.2.10:6443 --node-label tier=web";
+
+/// Flags of `litek8s agent`.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// A server of the cluster (https://HOST:PORT); the others are learned from it.
+    #[arg(long, value_name = "URL")]
+    pub server: String,
+
+    /// The join token. Visible to every user of the machine in the process list: prefer
+    /// LITEK8S_TOKEN or --token-file. Needed only to join (or to renew the credential).
+    #[arg(long, value_name = "TOKEN", conflicts_with = "token_file")]
+    pub token: Option<String>,
+
+    /// A file holding the join token.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+
+    /// Directory of the agent's state: credentials, server list, and what runs on the node.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_NODE_DIR)]
+    pub node_dir: PathBuf,
+
+    /// This node's name [default: the hostname].
+    #[arg(long, value_name = "NAME")]
+    pub node_name: Option<String>,
+
+    /// The node's address [default: the source address of the route to the server].
+    #[arg(long, value_name = "IP")]
+    pub node_ip: Option<IpAddr>,
+
+    /// The OCI runtime: runc or crun [default: detected].
+    #[arg(long, value_name = "RUNTIME")]
+    pub runtime: Option<String>,
+
+    /// A label of the Node, KEY=VALUE (repeatable); applied at every start.
+    #[arg(long = "node-label", value_name = "KEY=VALUE")]
+    pub node_labels: Vec<String>,
+
+    /// A taint of the Node, KEY[=VALUE]:EFFECT (repeatable); given when the Node is created.
+    #[arg(long = "node-taint", value_name = "KEY=VALUE:EFFECT")]
+    pub node_taints: Vec<String>,
+
+    /// Resources kept from pods, e.g. cpu=500m,memory=512Mi,ephemeral-storage=1Gi.
+    #[arg(long, value_name = "LIST")]
+    pub system_reserved: Option<String>,
+
+    /// Hard eviction thresholds: below them the node reports pressure, e.g.
+    /// memory.available<100Mi,nodefs.available<10% (kubelet's syntax; signals not given keep
+    /// kubelet's defaults).
+    #[arg(long, value_name = "LIST")]
+    pub eviction_hard: Option<String>,
+
+    /// Duration of the node's Lease in kube-node-lease; renewed every quarter of it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 40)]
+    pub node_lease_duration_seconds: u64,
+
+    /// How often the node's status is computed (and written when it changed), Go duration.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration)]
+    pub node_status_update_frequency: std::time::Duration,
+
+    /// How often the node's status is written even when unchanged, Go duration.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_go_duration)]
+    pub node_status_report_frequency: std::time::Duration,
+}
+
+impl AgentArgs {
+    /// Validates the flags (and reads the token's sources).
+    pub fn settings(self) -> anyhow::Result<AgentSettings> {
+        Ok(AgentSettings::resolve(AgentFlags {
+            server: self.server,
+            token: self.token,
+            token_file: self.token_file,
+            token_env: std::env::var("LITEK8S_TOKEN").ok(),
+            node_dir: self.node_dir,
+            node_name: self.node_name,
+            node_ip: self.node_ip,
+            runtime: self.runtime,
+            node_labels: self.node_labels,
+            node_taints: self.node_taints,
+            system_reserved: self.system_reserved,
+            eviction_hard: self.eviction_hard,
+            node_lease_duration_seconds: self.node_lease_duration_seconds,
+            node_status_update_frequency: self.node_status_update_frequency,
+            node_status_report_frequency: self.node_status_report_frequency,
+        })?)
+    }
+
+    /// The node name logging names (`NODE_NAME`), before the flags are validated.
+    pub fn log_node_name(&self) -> Option<String> {
+        self.node_name.clone().or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+                .map(|h| h.to_ascii_lowercase())
+        })
+    }
+
+    /// Runs the agent until SIGTERM or SIGINT.
+    pub fn run(self) -> anyhow::Result<()> {
+        let settings = self.settings()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("litek8s-agent")
+            .build()
+            .context("starting the async runtime")?;
+        runtime.block_on(crate::agent::run(settings))?;
+        runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+        Ok(())
+    }
+}

@@ -1,0 +1,282 @@
+//! Helpers of the node agent tests: a `litek8s agent` child process in a temporary node
+//! directory (its log kept per start), the Node and its Lease as a server sees them, and
+//! kubeconfigs and kubectl runs with a node's client certificate.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::support::{bin, terminate_child, Api};
+
+/// The kubectl versions the tests drive (the oldest and newest supported).
+pub const KUBECTLS: [&str; 2] = [
+    "/usr/lib/google-cloud-sdk/bin/kubectl.1.27",
+    "/usr/lib/google-cloud-sdk/bin/kubectl.1.33",
+];
+
+/// How long an agent may take to register a Ready Node (a hang guard).
+pub const READY_GUARD: Duration = Duration::from_secs(60);
+
+/// One `litek8s agent` process.
+pub struct Agent {
+    _tmp: Option<tempfile::TempDir>,
+    pub root: PathBuf,
+    pub node_dir: PathBuf,
+    pub name: String,
+    pub server: String,
+    pub token: Option<String>,
+    pub extra: Vec<String>,
+    child: Option<Child>,
+    starts: u32,
+}
+
+impl Agent {
+    /// An agent (not started) for node `name` joining `server` (`https://HOST:PORT`) with
+    /// `token`, in a new temporary directory.
+    pub fn new(name: &str, server: &str, token: Option<&str>, extra: &[&str]) -> Agent {
+        let tmp = tempfile::Builder::new()
+            .prefix("litek8s-agent-")
+            .tempdir()
+            .expect("tempdir");
+        let root = tmp.path().to_path_buf();
+        Agent {
+            _tmp: Some(tmp),
+            node_dir: root.join("node"),
+            root,
+            name: name.to_string(),
+            server: server.to_string(),
+            token: token.map(str::to_string),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            starts: 0,
+        }
+    }
+
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.arg("agent")
+            .arg("--server")
+            .arg(&self.server)
+            .arg("--node-dir")
+            .arg(&self.node_dir)
+            .arg("--node-name")
+            .arg(&self.name)
+            // A test machine's disk may be fuller than kubelet's defaults allow (10% free):
+            // the node would report DiskPressure and be tainted for it.
+            .arg("--eviction-hard")
+            .arg("nodefs.available<1%,imagefs.available<1%")
+            .args(&self.extra)
+            .env_remove("LITEK8S_TOKEN")
+            .env_remove("NOTIFY_SOCKET")
+            .env(
+                "LITEK8S_LOG",
+                std::env::var("LITEK8S_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null());
+        if let Some(token) = &self.token {
+            cmd.env("LITEK8S_TOKEN", token);
+        }
+        cmd
+    }
+
+    fn log_path(&self, n: u32) -> PathBuf {
+        self.root.join(format!("agent-{n}.log"))
+    }
+
+    /// Everything every start logged.
+    pub fn logs(&self) -> String {
+        (1..=self.starts)
+            .map(|n| std::fs::read_to_string(self.log_path(n)).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The log of the current (last) start.
+    pub fn last_log(&self) -> String {
+        std::fs::read_to_string(self.log_path(self.starts)).unwrap_or_default()
+    }
+
+    pub fn spawn(&mut self) {
+        self.spawn_with(self.command());
+    }
+
+    /// Spawns `cmd` (this agent's [`Agent::command`], changed by the caller).
+    pub fn spawn_with(&mut self, mut cmd: Command) {
+        assert!(self.child.is_none(), "agent already running");
+        self.starts += 1;
+        let log = std::fs::File::create(self.log_path(self.starts)).expect("log");
+        let child = cmd
+            .stdout(log.try_clone().expect("clone log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn litek8s agent");
+        self.child = Some(child);
+    }
+
+    /// Runs the agent expecting it to exit; returns its status and log.
+    pub fn run_to_exit(&mut self, limit: Duration) -> (ExitStatus, String) {
+        self.spawn();
+        let deadline = Instant::now() + limit;
+        loop {
+            let child = self.child.as_mut().expect("spawned");
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return (status, self.last_log());
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                panic!(
+                    "the agent did not exit within {limit:?}; log:\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the agent and waits until its log says the Node is registered and Ready.
+    pub fn start(&mut self) {
+        self.spawn();
+        self.wait_for_log("the Node is registered and Ready", READY_GUARD);
+    }
+
+    /// Waits until the current start's log contains `text`; panics (with the log) if the
+    /// agent exits or `limit` passes.
+    pub fn wait_for_log(&mut self, text: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.last_log().contains(text) {
+                return;
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    panic!("the agent exited with {status}; log:\n{}", self.logs());
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {text:?} in the agent's log within {limit:?}:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The server the agent's requests go to now, from its log.
+    pub fn server_in_use(&self) -> Option<String> {
+        let log = self.last_log();
+        let line = log.lines().rev().find(|l| l.contains("requests go to "))?;
+        let rest = line.split("requests go to ").nth(1)?;
+        Some(rest.split_whitespace().next()?.to_string())
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn terminate(&mut self) -> Option<ExitStatus> {
+        terminate_child(self.child.take()?)
+    }
+
+    pub fn credentials(&self) -> PathBuf {
+        self.node_dir.join("credentials")
+    }
+
+    /// A kubeconfig for `server` (`https://HOST:PORT`) with this node's certificate.
+    pub fn kubeconfig(&self, server: &str) -> PathBuf {
+        let path = self.root.join(format!("node-{}.kubeconfig", self.starts));
+        write_kubeconfig(
+            &path,
+            server,
+            &self.credentials().join("ca.crt"),
+            &self.credentials().join("node.crt"),
+            &self.credentials().join("node.key"),
+        );
+        path
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Writes a kubeconfig naming certificate and key files.
+pub fn write_kubeconfig(path: &Path, server: &str, ca: &Path, cert: &Path, key: &Path) {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: litek8s\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: node\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: litek8s\n  context:\n    cluster: litek8s\n    user: node\ncurrent-context: litek8s\n",
+        ca.display(),
+        cert.display(),
+        key.display()
+    );
+    std::fs::write(path, text).expect("write kubeconfig");
+}
+
+/// Runs kubectl with `kubeconfig` (bounded).
+pub fn kubectl(binary: &str, kubeconfig: &Path, args: &[&str]) -> Output {
+    Command::new("timeout")
+        .arg("60")
+        .arg(binary)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--request-timeout=20s")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run kubectl")
+}
+
+/// The Node `name` as `api` sees it (`None` if absent).
+pub async fn node(api: &Api, name: &str) -> Option<serde_json::Value> {
+    let resp = api.get(&format!("/api/v1/nodes/{name}")).await.ok()?;
+    (resp.status == 200).then(|| resp.json())
+}
+
+/// The node's Lease as `api` sees it.
+pub async fn lease(api: &Api, name: &str) -> Option<serde_json::Value> {
+    let resp = api
+        .get(&format!(
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
+        ))
+        .await
+        .ok()?;
+    (resp.status == 200).then(|| resp.json())
+}
+
+/// The status of condition `kind` of a Node.
+pub fn condition<'a>(node: &'a serde_json::Value, kind: &str) -> Option<&'a str> {
+    node["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)?["status"]
+        .as_str()
+}
+
+/// Waits until `check` holds for the Node (hang guard `limit`); returns the Node.
+pub async fn wait_node(
+    api: &Api,
+    name: &str,
+    limit: Duration,
+    check: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(node) = node(api, name).await {
+            if check(&node) {
+                return node;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {name} never matched: {node:#}"
+            );
+        }
+        assert!(Instant::now() < deadline, "node {name} never appeared");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
