@@ -1,6 +1,7 @@
 //! litek8s: a small, systemd-native Kubernetes distribution.
 //!
 //! # Layout
+//! - [`agent`]: the node agent: images (the rest of the agent is being built).
 //! - [`allocator`]: mimalloc and when the process may use transparent huge pages.
 //! - [`cluster`]: the HA cluster: Raft node, server-to-server transport, joins, forwarding.
 //! - [`cli`]: the `litek8s` command and its flags, resolved into settings.
@@ -24,6 +25,7 @@
 //! What each part promises its users (durability, resourceVersion, linearizable reads, …) and
 //! what is not built yet: docs/guarantees.md. How the parts fit together: docs/architecture.md.
 
+pub mod agent;
 pub mod allocator;
 pub mod api;
 pub mod cli;
