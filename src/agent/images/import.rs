@@ -191,13 +191,21 @@ fn not_tar(e: io::Error) -> ImportError {
     ImportError::NotAnImage(format!("not a tar archive ({e})"))
 }
 
+fn truncated(e: io::Error) -> ImportError {
+    ImportError::Broken(format!("the tar archive is truncated or corrupt ({e})"))
+}
+
 fn first_pass(path: &Path) -> Result<Catalog, ImportError> {
     let mut archive = tar::Archive::new(open(path)?);
     let mut catalog = Catalog::default();
     let mut kept = 0u64;
     let mut any = false;
     for entry in archive.entries().map_err(not_tar)? {
-        let mut entry = entry.map_err(not_tar)?;
+        let mut entry = match entry {
+            Ok(entry) => entry,
+            Err(e) if any => return Err(truncated(e)),
+            Err(e) => return Err(not_tar(e)),
+        };
         any = true;
         let Ok(name) = entry.path().map(|p| normalize(&p.to_string_lossy())) else {
             continue;
@@ -223,7 +231,7 @@ fn first_pass(path: &Path) -> Result<Catalog, ImportError> {
         catalog.sizes.insert(name.clone(), size);
         if size <= SMALL_ENTRY && kept + size <= SMALL_TOTAL {
             let mut bytes = Vec::with_capacity(size as usize);
-            entry.read_to_end(&mut bytes).map_err(not_tar)?;
+            entry.read_to_end(&mut bytes).map_err(truncated)?;
             kept += size;
             catalog.small.insert(name, bytes);
         }
@@ -244,8 +252,8 @@ fn second_pass(
     wanted: &mut BTreeMap<String, Digest>,
 ) -> Result<(), ImportError> {
     let mut archive = tar::Archive::new(open(path)?);
-    for entry in archive.entries().map_err(not_tar)? {
-        let mut entry = entry.map_err(not_tar)?;
+    for entry in archive.entries().map_err(truncated)? {
+        let mut entry = entry.map_err(truncated)?;
         let Ok(name) = entry.path().map(|p| normalize(&p.to_string_lossy())) else {
             continue;
         };

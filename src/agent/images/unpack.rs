@@ -466,7 +466,7 @@ pub(crate) fn set_xattr(path: &Path, name: &str, value: &[u8]) -> io::Result<()>
 }
 
 /// Reads an xattr of `path` itself; `None` when it has none of that name.
-pub(crate) fn get_xattr(path: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
+pub fn get_xattr(path: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
     let c_path = CString::new(path.as_os_str().as_bytes())?;
     let c_name = CString::new(name)?;
     loop {
