@@ -316,7 +316,7 @@ async fn plain_http_is_refused_unless_the_registry_is_insecure() {
 
 #[tokio::test]
 async fn a_registry_that_hangs_fails_the_pull_within_the_timeout() {
-    let (addr, _server) = silent_server().await;
+    let (addr, accepted, _server) = silent_server().await;
     let node = tempfile::tempdir().unwrap();
     let images = service(node.path(), &[addr.to_string()]);
     let started = Instant::now();
@@ -337,6 +337,28 @@ async fn a_registry_that_hangs_fails_the_pull_within_the_timeout() {
     );
     assert!(
         started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Pods of the image starting together share one pull: one timeout, not one each.
+    let before = accepted.load(std::sync::atomic::Ordering::SeqCst);
+    let name = format!("{addr}/x/many:1");
+    let started = Instant::now();
+    let keyring = Keyring::default();
+    let pulls = (0..5).map(|_| images.ensure(&name, PullPolicy::IfNotPresent, &keyring));
+    for result in futures::future::join_all(pulls).await {
+        let e = result.unwrap_err();
+        assert_eq!(e.reason(), "ErrImagePull");
+        assert!(e.to_string().contains("no answer in 3000ms"), "{e}");
+    }
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst) - before,
+        1,
+        "one connection for five pods"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
         "{:?}",
         started.elapsed()
     );

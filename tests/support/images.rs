@@ -850,17 +850,24 @@ async fn blob_answer(state: &FakeState, digest: &str) -> Response<FakeBody> {
     r
 }
 
-/// A server that accepts connections and never answers.
-pub async fn silent_server() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+/// A server that accepts connections and never answers; counts the connections.
+pub async fn silent_server() -> (
+    SocketAddr,
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
     let task = tokio::spawn(async move {
         let mut held = Vec::new();
         while let Ok((tcp, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             held.push(tcp);
         }
     });
-    (addr, task)
+    (addr, accepted, task)
 }
 
 /// Writes `bytes` to `dir/name` the safe way (a hidden temporary, then a rename), as one

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::reference::{Reference, DEFAULT_REGISTRY};
 
 /// A user name and password for one registry.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Credential {
     pub username: String,
     pub password: String,
@@ -136,6 +136,15 @@ impl Keyring {
             }
         }
         out
+    }
+
+    /// A hash of the credentials that match `image`: pulls of one image with the same
+    /// fingerprint may share one pull.
+    pub fn fingerprint(&self, image: &Reference) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.lookup(image).hash(&mut hasher);
+        hasher.finish()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -98,12 +98,16 @@ pub enum PullError {
     Format { image: String, reason: String },
     #[error("failed to pull image {image:?}: {source}")]
     Store { image: String, source: StoreError },
+    /// The outcome of a pull another caller started.
+    #[error(transparent)]
+    Shared(Arc<PullError>),
 }
 
 impl PullError {
     /// The pod status' `waiting.reason` for this failure.
     pub fn reason(&self) -> &'static str {
         match self {
+            PullError::Shared(inner) => inner.reason(),
             PullError::InvalidName(_) => "InvalidImageName",
             PullError::NeverPull { .. } => "ErrImageNeverPull",
             _ => "ErrImagePull",
@@ -138,7 +142,9 @@ pub async fn pull(
         .map_err(registry)?;
     let parsed =
         oci::parse_manifest(&body, content_type.as_deref()).map_err(|e| format(e.to_string()))?;
-    store.put_blob(&top_digest, &body).map_err(in_store)?;
+    put_blob(store, &top_digest, &body)
+        .await
+        .map_err(in_store)?;
     let (manifest_digest, manifest) = match parsed {
         Parsed::Manifest(m) => (top_digest.clone(), m),
         Parsed::Index(index) => {
@@ -153,7 +159,7 @@ pub async fn pull(
                 .map_err(|e| format(e.to_string()))?
             {
                 Parsed::Manifest(m) => {
-                    store.put_blob(&digest, &body).map_err(in_store)?;
+                    put_blob(store, &digest, &body).await.map_err(in_store)?;
                     (digest, m)
                 }
                 Parsed::Index(_) => {
@@ -214,13 +220,14 @@ pub async fn pull(
         }
     }
     for layer in record.layers.clone() {
-        let store = store.clone();
-        tokio::task::spawn_blocking(move || store.ensure_layer(&layer))
+        store::blocking(store, move |s| s.ensure_layer(&layer))
             .await
-            .map_err(|e| format(format!("unpacking stopped: {e}")))?
             .map_err(in_store)?;
     }
-    store.put_image(record.clone()).map_err(in_store)?;
+    let kept = record.clone();
+    store::blocking(store, move |s| s.put_image(kept))
+        .await
+        .map_err(in_store)?;
     tracing::info!(
         "pulled {image} ({}, {} layer(s), {} bytes)",
         record.manifest,
@@ -271,7 +278,7 @@ enum Fetch {
 
 async fn fetch_config(
     session: &mut Session,
-    store: &ContentStore,
+    store: &Arc<ContentStore>,
     manifest: &Manifest,
 ) -> Result<ImageConfig, Fetch> {
     let digest = &manifest.config.digest;
@@ -284,10 +291,22 @@ async fn fetch_config(
             .small_blob(&manifest.config, MAX_CONFIG)
             .await
             .map_err(Fetch::Registry)?;
-        store.put_blob(digest, &bytes).map_err(Fetch::Store)?;
+        put_blob(store, digest, &bytes)
+            .await
+            .map_err(Fetch::Store)?;
         bytes.to_vec()
     };
     serde_json::from_slice(&bytes).map_err(|e| Fetch::Format(format!("image config {digest}: {e}")))
+}
+
+/// Stores a small blob off the async runtime.
+async fn put_blob(
+    store: &Arc<ContentStore>,
+    digest: &Digest,
+    bytes: &[u8],
+) -> Result<(), StoreError> {
+    let (digest, bytes) = (digest.clone(), bytes.to_vec());
+    store::blocking(store, move |s| s.put_blob(&digest, &bytes)).await
 }
 
 /// Streams the blob `digest` of `size` bytes into the store.

@@ -1,8 +1,8 @@
 //! [`Images`]: the face the pod workers use. It owns the content store, the registry client
 //! and the rootfs builder, and keeps three rules between them:
 //!
-//! - one pull per image name at a time: concurrent pods of one image wait for the first
-//!   pull and then find the image (with `IfNotPresent`) instead of pulling it again;
+//! - one pull per image name (and pull secret) at a time: pods of one image starting
+//!   together share the pull in flight and its outcome, success or failure;
 //! - pulls, imports and rootfs preparation hold the content lock shared, image GC holds it
 //!   alone: GC removes blobs no image refers to yet, which is what a pull in progress has;
 //! - blocking work (unpacking, copying, fsync) runs on the blocking pool.
@@ -23,6 +23,9 @@ use super::records::ImageRecord;
 use super::reference::Reference;
 use super::rootfs::{self, Rootfs, RootfsBuilder, RootfsError, RootfsMode};
 use super::store::{self, ContentStore, StoreError};
+
+/// One pull that several callers wait for.
+type Flight = tokio::sync::OnceCell<Result<ImageRecord, Arc<PullError>>>;
 
 /// What the agent decides about images (from its flags).
 #[derive(Debug, Clone)]
@@ -67,8 +70,8 @@ pub struct Images {
     rootfs: Arc<RootfsBuilder>,
     gc: GcPolicy,
     images_dir: PathBuf,
-    /// One lock per image name being pulled.
-    pulls: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The pull in flight per image name and credentials, and its outcome once known.
+    pulls: Mutex<HashMap<(String, u64), Arc<Flight>>>,
     content: tokio::sync::RwLock<()>,
 }
 
@@ -135,21 +138,26 @@ impl Images {
         {
             return Ok(*record);
         }
-        let lock = self.pulls.lock().entry(name.clone()).or_default().clone();
-        let result = {
-            let _one_pull = lock.lock().await;
-            // A pull that finished while this one waited serves it too, unless every start
-            // must ask the registry.
-            match (policy, self.store.image(&name)) {
-                (PullPolicy::IfNotPresent, Some(record)) => Ok(record),
-                _ => self.pull_reference(&reference, keyring).await,
+        // Pods asking for the same image with the same credentials share one pull and its
+        // outcome, success or failure: a hundred pods of an image whose registry hangs wait
+        // for one timeout, not a hundred in a row.
+        let key = (name.clone(), keyring.fingerprint(&reference));
+        let flight = self.pulls.lock().entry(key.clone()).or_default().clone();
+        let outcome = flight
+            .get_or_init(|| async {
+                self.pull_reference(&reference, keyring)
+                    .await
+                    .map_err(Arc::new)
+            })
+            .await
+            .clone();
+        {
+            let mut pulls = self.pulls.lock();
+            if pulls.get(&key).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
+                pulls.remove(&key);
             }
-        };
-        let mut pulls = self.pulls.lock();
-        if Arc::strong_count(&lock) <= 2 {
-            pulls.remove(&name);
         }
-        result
+        outcome.map_err(PullError::Shared)
     }
 
     /// Pulls `image` whatever the node has.
@@ -182,17 +190,19 @@ impl Images {
         dir: &Path,
     ) -> Result<Rootfs, RootfsError> {
         let _shared = self.content.read().await;
-        let _ = self.store.touch(&image.name, store::unix_now());
         let (store, image, dir) = (self.store.clone(), image.clone(), dir.to_path_buf());
         let builder = self.rootfs.clone();
-        tokio::task::spawn_blocking(move || builder.prepare(&store, &image, &dir))
-            .await
-            .unwrap_or_else(|e| {
-                Err(RootfsError::Io {
-                    path: PathBuf::new(),
-                    source: std::io::Error::other(e.to_string()),
-                })
+        tokio::task::spawn_blocking(move || {
+            let _ = store.touch(&image.name, store::unix_now());
+            builder.prepare(&store, &image, &dir)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(RootfsError::Io {
+                path: PathBuf::new(),
+                source: std::io::Error::other(e.to_string()),
             })
+        })
     }
 
     /// Unmounts and removes the root filesystem in `dir`.

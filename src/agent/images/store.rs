@@ -21,6 +21,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -427,6 +428,22 @@ impl ContentStore {
             Ok(r)
         })
     }
+}
+
+/// Runs `work` on the store on the blocking pool: every write fsyncs.
+pub async fn blocking<T: Send + 'static>(
+    store: &Arc<ContentStore>,
+    work: impl FnOnce(&ContentStore) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || work(&store))
+        .await
+        .unwrap_or_else(|e| {
+            Err(StoreError::Io {
+                path: PathBuf::new(),
+                source: io::Error::other(format!("store task stopped: {e}")),
+            })
+        })
 }
 
 /// The record of an image: `manifest` with its parsed `config`.
