@@ -834,3 +834,44 @@ async fn image_gc_removes_unused_images_least_recently_used_first_and_keeps_shar
         "no longer in use: {report:?}"
     );
 }
+
+#[tokio::test]
+async fn the_shell_script_writes_archives_the_agent_imports() {
+    let node = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let images = service(node.path(), RootfsMode::Copy);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/busybox-image.sh");
+    for (format, name) in [("oci", None), ("docker", Some("localhost:5000/bb:1"))] {
+        let archive = out.path().join(format!("{format}.tar"));
+        let mut cmd = std::process::Command::new(&script);
+        cmd.arg(&archive).arg(format);
+        if let Some(name) = name {
+            cmd.arg(name);
+        }
+        let status = cmd.status().expect("run busybox-image.sh");
+        assert!(status.success(), "{format}: {status}");
+        let records = images
+            .import(&archive)
+            .await
+            .unwrap_or_else(|e| panic!("{format}: {e}"));
+        let want = name.unwrap_or("docker.io/library/busybox:test");
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].name, want);
+        assert_eq!(
+            records[0].container_config.cmd,
+            Some(vec!["sh".to_string()])
+        );
+        let dir = node.path().join(format!("pods/{format}"));
+        let _container = Container(dir.clone());
+        let rootfs = images.prepare_rootfs(&records[0], &dir).await.unwrap();
+        assert!(rootfs.path.join("bin/busybox").is_file(), "{format}");
+        assert_eq!(
+            std::fs::read_link(rootfs.path.join("bin/sh")).unwrap(),
+            Path::new("busybox")
+        );
+        assert_eq!(
+            std::fs::metadata(rootfs.path.join("tmp")).unwrap().mode() & 0o7777,
+            0o1777
+        );
+    }
+}
