@@ -11,6 +11,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use litek8s::agent::images::files;
 use litek8s::agent::images::gc::DiskUsage;
 use litek8s::agent::images::oci::Manifest;
 use litek8s::agent::images::records::LayerRecord;
@@ -284,10 +285,10 @@ async fn unpacked_layers_hold_overlay_whiteouts_and_opaque_marks() {
     images.store().ensure_layer(&record.layers[0]).unwrap();
     let layer = images.store().layer_path(&record.layers[0].diff_id);
     assert_eq!(tree(&layer), vec!["d dir 755 0:0", "gone chardev 0"]);
-    let opaque = unpack::get_xattr(&layer.join("d"), unpack::OPAQUE_XATTR).unwrap();
+    let opaque = files::get_xattr(&layer.join("d"), unpack::OPAQUE_XATTR).unwrap();
     assert_eq!(opaque.as_deref(), Some(&b"y"[..]));
     assert_eq!(
-        unpack::get_xattr(&layer.join("gone"), unpack::OPAQUE_XATTR).unwrap(),
+        files::get_xattr(&layer.join("gone"), unpack::OPAQUE_XATTR).unwrap(),
         None
     );
 }

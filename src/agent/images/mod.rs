@@ -10,12 +10,14 @@
 //!   this platform's manifest.
 //! - [`credentials`]: pull secrets (`.dockerconfigjson`, `.dockercfg`) matched to images.
 //! - [`auth`]: `WWW-Authenticate` challenges, Bearer token requests, Basic credentials.
+//! - [`endpoint`]: registry settings (`--insecure-registry`, timeouts) and the URLs
+//!   registries hand out.
 //! - [`client`]: the OCI distribution client on the project's HTTP client (redirects,
 //!   timeouts, plain HTTP only for `--insecure-registry`).
-//! - [`store`]: the content store (`content/blobs`, `content/layers`), blob writes checked
-//!   against their digest; [`records`]: `content/images.json`.
+//! - [`store`]: the content store (`content/blobs`, `content/layers`); [`blob`]: one blob
+//!   written and checked against its digest; [`records`]: `content/images.json`.
 //! - [`unpack`]: a layer tar into overlay's form (whiteouts, opaque directories), nothing
-//!   outside its directory.
+//!   outside its directory; [`files`]: xattrs, times and removal, symlinks never followed.
 //! - [`pull`]: one pull end to end, `imagePullPolicy`, the pull errors pods show.
 //! - [`rootfs`]: a container's root filesystem: overlayfs, or a copy where overlay does not
 //!   work.
@@ -29,9 +31,12 @@
 //! docs/agent.md, "Images".
 
 pub mod auth;
+pub mod blob;
 pub mod client;
 pub mod credentials;
 pub mod digest;
+pub mod endpoint;
+pub mod files;
 pub mod gc;
 pub mod import;
 pub mod oci;
@@ -44,9 +49,10 @@ pub mod store;
 pub mod unpack;
 pub mod watch;
 
-pub use client::{RegistryError, RegistrySettings, Timeouts};
+pub use client::RegistryError;
 pub use credentials::{Credential, Keyring};
 pub use digest::Digest;
+pub use endpoint::{RegistrySettings, Timeouts};
 pub use gc::{DiskUsage, GcPolicy, GcReport};
 pub use import::ImportError;
 pub use oci::Platform;

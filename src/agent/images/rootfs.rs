@@ -31,9 +31,10 @@ use nix::mount::{self, MntFlags, MsFlags};
 use nix::sys::stat::{self, Mode, SFlag};
 use nix::unistd::{Gid, Uid};
 
+use super::files;
 use super::records::ImageRecord;
 use super::store::{ContentStore, StoreError};
-use super::unpack::{self, OPAQUE_XATTR};
+use super::unpack::OPAQUE_XATTR;
 
 /// How root filesystems are made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,7 +189,7 @@ pub fn release(dir: &Path) -> Result<(), RootfsError> {
     }
     for name in ["rootfs", "rootfs.tmp", "upper", "work", "empty"] {
         let path = dir.join(name);
-        unpack::remove(&path).map_err(io_at(&path))?;
+        files::remove(&path).map_err(io_at(&path))?;
     }
     Ok(())
 }
@@ -312,14 +313,14 @@ fn probe_overlay(scratch: &Path) -> Result<(), String> {
     if is_mountpoint(&dir.join("rootfs")) {
         let _ = mount::umount2(&dir.join("rootfs"), MntFlags::MNT_DETACH);
     }
-    let _ = unpack::remove(&dir);
+    let _ = files::remove(&dir);
     result
 }
 
 /// Copies `lowers` (bottom first) into `<dir>/rootfs`, through `rootfs.tmp`.
 fn copy_layers(lowers: &[PathBuf], dir: &Path) -> Result<(), RootfsError> {
     let tmp = dir.join("rootfs.tmp");
-    unpack::remove(&tmp).map_err(io_at(&tmp))?;
+    files::remove(&tmp).map_err(io_at(&tmp))?;
     fs::create_dir(&tmp).map_err(io_at(&tmp))?;
     fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).map_err(io_at(&tmp))?;
     for layer in lowers {
@@ -327,7 +328,7 @@ fn copy_layers(lowers: &[PathBuf], dir: &Path) -> Result<(), RootfsError> {
         merge(layer, &tmp, &mut links)?;
     }
     let rootfs = dir.join("rootfs");
-    unpack::remove(&rootfs).map_err(io_at(&rootfs))?;
+    files::remove(&rootfs).map_err(io_at(&rootfs))?;
     fs::rename(&tmp, &rootfs).map_err(io_at(&rootfs))
 }
 
@@ -339,14 +340,14 @@ fn merge(
     dst: &Path,
     links: &mut HashMap<(u64, u64), PathBuf>,
 ) -> Result<(), RootfsError> {
-    if unpack::get_xattr(src, OPAQUE_XATTR)
+    if files::get_xattr(src, OPAQUE_XATTR)
         .map_err(io_at(src))?
         .as_deref()
         == Some(b"y")
     {
         for entry in fs::read_dir(dst).map_err(io_at(dst))? {
             let path = entry.map_err(io_at(dst))?.path();
-            unpack::remove(&path).map_err(io_at(&path))?;
+            files::remove(&path).map_err(io_at(&path))?;
         }
     }
     for entry in fs::read_dir(src).map_err(io_at(src))? {
@@ -357,14 +358,14 @@ fn merge(
         let kind = meta.file_type();
         use std::os::unix::fs::FileTypeExt;
         if kind.is_char_device() && meta.rdev() == 0 {
-            unpack::remove(&to).map_err(io_at(&to))?;
+            files::remove(&to).map_err(io_at(&to))?;
             continue;
         }
         if kind.is_dir() {
             match fs::symlink_metadata(&to) {
                 Ok(m) if m.is_dir() => {}
                 Ok(_) => {
-                    unpack::remove(&to).map_err(io_at(&to))?;
+                    files::remove(&to).map_err(io_at(&to))?;
                     fs::create_dir(&to).map_err(io_at(&to))?;
                 }
                 Err(_) => fs::create_dir(&to).map_err(io_at(&to))?,
@@ -373,7 +374,7 @@ fn merge(
             copy_metadata(&from, &to, &meta)?;
             continue;
         }
-        unpack::remove(&to).map_err(io_at(&to))?;
+        files::remove(&to).map_err(io_at(&to))?;
         if meta.nlink() > 1 {
             if let Some(first) = links.get(&(meta.dev(), meta.ino())) {
                 fs::hard_link(first, &to).map_err(io_at(&to))?;
@@ -423,14 +424,14 @@ fn copy_metadata(from: &Path, to: &Path, meta: &fs::Metadata) -> Result<(), Root
         fs::set_permissions(to, fs::Permissions::from_mode(meta.mode() & 0o7777))
             .map_err(io_at(to))?;
     }
-    for name in unpack::list_xattrs(from).unwrap_or_default() {
+    for name in files::list_xattrs(from).unwrap_or_default() {
         if name.starts_with("trusted.overlay.") {
             continue;
         }
-        if let Ok(Some(value)) = unpack::get_xattr(from, &name) {
-            let _ = unpack::set_xattr(to, &name, &value);
+        if let Ok(Some(value)) = files::get_xattr(from, &name) {
+            let _ = files::set_xattr(to, &name, &value);
         }
     }
-    let _ = unpack::set_times(to, meta.mtime().max(0) as u64);
+    let _ = files::set_times(to, meta.mtime().max(0) as u64);
     Ok(())
 }

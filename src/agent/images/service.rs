@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::client::{RegistryClient, RegistrySettings};
+use super::client::RegistryClient;
 use super::credentials::Keyring;
+use super::endpoint::RegistrySettings;
 use super::gc::{self, DiskUsage, GcPolicy, GcReport};
 use super::import::{self, ImportError};
 use super::oci::Platform;

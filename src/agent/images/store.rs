@@ -16,16 +16,18 @@
 //! harmlessly: the second rename finds the content there and drops its copy.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::digest::{Digest, Hasher};
+use super::blob::BlobWriter;
+use super::digest::Digest;
+use super::files;
 use super::oci::{self, ImageConfig, Parsed};
 use super::records::{self, ImageRecord, LayerRecord, Loaded};
 use super::unpack::{self, UnpackError};
@@ -57,7 +59,7 @@ pub enum StoreError {
     Unpack(#[from] UnpackError),
 }
 
-fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+pub(super) fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
     move |source| StoreError::Io {
         path: path.to_path_buf(),
         source,
@@ -83,7 +85,7 @@ impl ContentStore {
         }
         let tmp = root.join("tmp");
         for entry in fs::read_dir(&tmp).map_err(io_at(&tmp))?.flatten() {
-            let _ = unpack::remove(&entry.path());
+            let _ = files::remove(&entry.path());
         }
         let store = ContentStore {
             root: root.to_path_buf(),
@@ -161,23 +163,12 @@ impl ContentStore {
         expected: &Digest,
         size: Option<u64>,
     ) -> Result<BlobWriter, StoreError> {
-        let tmp = self.temp_path("blob");
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&tmp)
-            .map_err(io_at(&tmp))?;
-        Ok(BlobWriter {
-            file: Some(io::BufWriter::with_capacity(256 << 10, file)),
-            tmp,
-            dest: self.blob_path(expected),
-            expected: expected.clone(),
+        BlobWriter::create(
+            self.temp_path("blob"),
+            self.blob_path(expected),
+            expected,
             size,
-            hasher: Hasher::new(),
-            written: 0,
-            committed: false,
-        })
+        )
     }
 
     fn temp_path(&self, what: &str) -> PathBuf {
@@ -214,7 +205,7 @@ impl ContentStore {
         fs::create_dir(&tmp).map_err(io_at(&tmp))?;
         let result = unpack::unpack(&blob, &layer.digest, compression, &layer.diff_id, &tmp);
         if let Err(e) = result {
-            let _ = unpack::remove(&tmp);
+            let _ = files::remove(&tmp);
             return Err(e.into());
         }
         let dest = self.layer_path(&layer.diff_id);
@@ -222,10 +213,10 @@ impl ContentStore {
             Ok(()) => {}
             // Another pull unpacked the same layer first.
             Err(_) if dest.is_dir() => {
-                let _ = unpack::remove(&tmp);
+                let _ = files::remove(&tmp);
             }
             Err(e) => {
-                let _ = unpack::remove(&tmp);
+                let _ = files::remove(&tmp);
                 return Err(io_at(&dest)(e));
             }
         }
@@ -306,7 +297,7 @@ impl ContentStore {
                 Digest::from_hex(&name.to_string_lossy()).is_some_and(|d| layers.contains(&d));
             if !keep {
                 freed += disk_usage(&entry.path());
-                let _ = unpack::remove(&entry.path());
+                let _ = files::remove(&entry.path());
             }
         }
         Ok(freed)
@@ -489,90 +480,6 @@ pub fn record_for(
         last_used: now,
         pinned: false,
     })
-}
-
-/// A blob being written: bytes go to a temporary file and are hashed as they pass; dropped
-/// without [`BlobWriter::commit`], the file is removed.
-pub struct BlobWriter {
-    file: Option<io::BufWriter<File>>,
-    tmp: PathBuf,
-    dest: PathBuf,
-    expected: Digest,
-    size: Option<u64>,
-    hasher: Hasher,
-    written: u64,
-    committed: bool,
-}
-
-impl BlobWriter {
-    /// Appends `bytes`; more than the announced size fails at once.
-    pub fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
-        self.written += bytes.len() as u64;
-        if let Some(size) = self.size {
-            if self.written > size {
-                return Err(StoreError::Size {
-                    what: format!("blob {}", self.expected),
-                    expected: size,
-                    actual: self.written,
-                });
-            }
-        }
-        self.hasher.update(bytes);
-        let file = self.file.as_mut().ok_or_else(|| StoreError::Io {
-            path: self.tmp.clone(),
-            source: io::Error::other("written after commit"),
-        })?;
-        file.write_all(bytes).map_err(io_at(&self.tmp))
-    }
-
-    pub fn written(&self) -> u64 {
-        self.written
-    }
-
-    /// Checks size and digest, then makes the blob durable under its name (blocking: fsync).
-    pub fn commit(mut self) -> Result<(), StoreError> {
-        let what = || format!("blob {}", self.expected);
-        if let Some(size) = self.size {
-            if self.written != size {
-                return Err(StoreError::Size {
-                    what: what(),
-                    expected: size,
-                    actual: self.written,
-                });
-            }
-        }
-        let actual = std::mem::take(&mut self.hasher).finish();
-        if actual != self.expected {
-            return Err(StoreError::DigestMismatch {
-                what: what(),
-                expected: self.expected.clone(),
-                actual,
-            });
-        }
-        let file = self.file.take().ok_or_else(|| StoreError::Io {
-            path: self.tmp.clone(),
-            source: io::Error::other("committed twice"),
-        })?;
-        let file = file
-            .into_inner()
-            .map_err(|e| io_at(&self.tmp)(e.into_error()))?;
-        file.sync_all().map_err(io_at(&self.tmp))?;
-        drop(file);
-        fs::rename(&self.tmp, &self.dest).map_err(io_at(&self.dest))?;
-        self.committed = true;
-        if let Some(dir) = self.dest.parent() {
-            fsutil::fsync_dir(dir).map_err(io_at(dir))?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for BlobWriter {
-    fn drop(&mut self) {
-        if !self.committed {
-            let _ = fs::remove_file(&self.tmp);
-        }
-    }
 }
 
 /// Bytes used by the files under `path` (hard links counted once per walk).

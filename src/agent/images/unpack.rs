@@ -16,7 +16,6 @@
 //! as the bytes go by: the blob's (compressed) and the diff-id (the uncompressed tar) that
 //! the image config names. The copy fallback of [`super::rootfs`] reads the same form.
 
-use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read};
 use std::os::unix::ffi::OsStrExt;
@@ -28,6 +27,7 @@ use nix::sys::stat::{self, Mode, SFlag};
 use nix::unistd::{Gid, Uid};
 
 use super::digest::{Digest, HashingReader};
+use super::files::{remove, set_times, set_xattr};
 use super::oci::Compression;
 
 /// The xattr overlayfs reads to make a directory opaque.
@@ -431,112 +431,4 @@ fn xattrs<R: Read>(entry: &mut tar::Entry<'_, R>) -> Vec<(String, Vec<u8>)> {
         }
     }
     out
-}
-
-/// Removes whatever is at `path` (a directory with its content); nothing there is fine.
-pub(crate) fn remove(path: &Path) -> io::Result<()> {
-    match fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => fs::remove_dir_all(path),
-        Ok(_) => fs::remove_file(path),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Sets an xattr on `path` itself (not a symlink's target).
-pub(crate) fn set_xattr(path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
-    let c_path = CString::new(path.as_os_str().as_bytes())?;
-    let c_name = CString::new(name)?;
-    // SAFETY: both strings are NUL-terminated and live across the call; the value pointer
-    // and length describe one readable slice.
-    let rc = unsafe {
-        libc::lsetxattr(
-            c_path.as_ptr(),
-            c_name.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Reads an xattr of `path` itself; `None` when it has none of that name.
-pub fn get_xattr(path: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
-    let c_path = CString::new(path.as_os_str().as_bytes())?;
-    let c_name = CString::new(name)?;
-    loop {
-        // SAFETY: both strings are NUL-terminated and live across the calls; a null buffer
-        // of length 0 asks for the size only.
-        let size =
-            unsafe { libc::lgetxattr(c_path.as_ptr(), c_name.as_ptr(), std::ptr::null_mut(), 0) };
-        if size < 0 {
-            return absent_or(io::Error::last_os_error()).map(|()| None);
-        }
-        let mut buf = vec![0u8; size as usize];
-        // SAFETY: as above; the buffer is writable for its whole length.
-        let n = unsafe {
-            libc::lgetxattr(
-                c_path.as_ptr(),
-                c_name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        if n >= 0 {
-            buf.truncate(n as usize);
-            return Ok(Some(buf));
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::ERANGE) {
-            return absent_or(e).map(|()| None);
-        }
-        // It grew between the two calls: ask again.
-    }
-}
-
-/// `Ok` for "no such attribute" and "no attributes on this filesystem", else the error.
-fn absent_or(e: io::Error) -> io::Result<()> {
-    match e.raw_os_error() {
-        Some(libc::ENODATA) | Some(libc::ENOTSUP) => Ok(()),
-        _ => Err(e),
-    }
-}
-
-/// Lists the xattr names of `path` itself.
-pub(crate) fn list_xattrs(path: &Path) -> io::Result<Vec<String>> {
-    let c_path = CString::new(path.as_os_str().as_bytes())?;
-    loop {
-        // SAFETY: as in `get_xattr`.
-        let size = unsafe { libc::llistxattr(c_path.as_ptr(), std::ptr::null_mut(), 0) };
-        if size < 0 {
-            return absent_or(io::Error::last_os_error()).map(|()| Vec::new());
-        }
-        let mut buf = vec![0u8; size as usize];
-        // SAFETY: as in `get_xattr`.
-        let n = unsafe { libc::llistxattr(c_path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            buf.truncate(n as usize);
-            return Ok(buf
-                .split(|b| *b == 0)
-                .filter(|n| !n.is_empty())
-                .map(|n| String::from_utf8_lossy(n).into_owned())
-                .collect());
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::ERANGE) {
-            return absent_or(e).map(|()| Vec::new());
-        }
-    }
-}
-
-/// Sets the access and modification times of `path` itself to `mtime` (seconds).
-pub(crate) fn set_times(path: &Path, mtime: u64) -> io::Result<()> {
-    let t = nix::sys::time::TimeSpec::new(mtime as i64, 0);
-    stat::utimensat(None, path, &t, &t, stat::UtimensatFlags::NoFollowSymlink)
-        .map_err(io::Error::from)
 }
