@@ -266,7 +266,7 @@ impl Session {
             }
             if !answer.status.is_success() {
                 let status = answer.status;
-                let body = self.read_small(answer).await.unwrap_or_default();
+                let body = error_body(answer).await;
                 return Err(self.status_error(status, &what, &body));
             }
             return Ok(answer);
@@ -314,10 +314,14 @@ impl Session {
         let exchange = async {
             let answer = self.follow(url, accept, what).await?;
             let (status, headers) = (answer.status, answer.headers.clone());
-            let body = answer
-                .collect(max)
-                .await
-                .map_err(|error| self.transport_error(url, error))?;
+            let body = if status.is_success() {
+                answer
+                    .collect(max)
+                    .await
+                    .map_err(|error| self.transport_error(url, error))?
+            } else {
+                error_body(answer).await
+            };
             Ok(Small {
                 status,
                 headers,
@@ -328,13 +332,6 @@ impl Session {
             Ok(result) => result,
             Err(_) => Err(self.transport_error(url, ClientError::Timeout(limit))),
         }
-    }
-
-    async fn read_small(&self, answer: Streaming) -> Result<Bytes, RegistryError> {
-        answer
-            .collect(MAX_SMALL)
-            .await
-            .map_err(|error| self.transport_error(&self.base, error))
     }
 
     /// One GET, following redirects; `Authorization` only to the registry's own host.
@@ -526,6 +523,21 @@ impl Session {
             hint,
         }
     }
+}
+
+/// The start of an error answer's body (its first [`MAX_SMALL`] bytes, whatever arrives
+/// before a failure): enough for the registry's message, never the whole of a large page.
+async fn error_body(mut answer: Streaming) -> Bytes {
+    let mut body = bytes::BytesMut::new();
+    while body.len() < MAX_SMALL {
+        match answer.chunk().await {
+            Ok(Some(piece)) => {
+                body.extend_from_slice(&piece[..piece.len().min(MAX_SMALL - body.len())])
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body.freeze()
 }
 
 /// The registry's own words: the messages of its `{"errors": [...]}` body, else the start of
