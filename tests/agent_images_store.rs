@@ -876,3 +876,30 @@ async fn the_shell_script_writes_archives_the_agent_imports() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_image_with_more_layers_than_one_mount_takes_is_copied() {
+    let node = tempfile::tempdir().unwrap();
+    let images = service(node.path(), RootfsMode::Auto);
+    let names: Vec<&'static str> = (0..45)
+        .map(|i| &*Box::leak(format!("f{i:02}").into_boxed_str()))
+        .collect();
+    let mut builder = ImageBuilder::new();
+    for name in &names {
+        builder = builder.layer(layer_tar(&[File(name, b"x", 0o644)]));
+    }
+    let record = store_image(&images, "test/tall:1", &builder.build());
+    let dir = node.path().join("pods/tall");
+    let _container = Container(dir.clone());
+    let rootfs = images.prepare_rootfs(&record, &dir).await.unwrap();
+    assert_eq!(
+        rootfs.kind,
+        RootfsKind::Copy,
+        "45 layers exceed a page of mount options"
+    );
+    assert_eq!(std::fs::read_dir(&rootfs.path).unwrap().count(), 45);
+    assert!(!dir.join("upper").exists() && !dir.join("work").exists());
+    // Prepared again: still the copy, not an overlay attempt over it.
+    assert_eq!(images.prepare_rootfs(&record, &dir).await.unwrap(), rootfs);
+    assert!(!is_mountpoint(&rootfs.path));
+}

@@ -172,6 +172,12 @@ impl RootfsBuilder {
             }
             Err(_) => {}
         }
+        // An overlay that could not be mounted leaves its directories: a copy has none, so
+        // a later prepare does not take the copy for an unmounted overlay.
+        for name in ["upper", "work", "empty"] {
+            let path = dir.join(name);
+            files::remove(&path).map_err(io_at(&path))?;
+        }
         copy_layers(&lowers, dir)?;
         Ok(Rootfs {
             path: rootfs,

@@ -85,6 +85,12 @@ impl ContentStore {
         }
         let tmp = root.join("tmp");
         for entry in fs::read_dir(&tmp).map_err(io_at(&tmp))?.flatten() {
+            // A probe mount left by a crash is detached first: removing through a mount
+            // would write whiteouts instead of removing files.
+            let probe = entry.path().join("rootfs");
+            if super::rootfs::is_mountpoint(&probe) {
+                let _ = nix::mount::umount2(&probe, nix::mount::MntFlags::MNT_DETACH);
+            }
             let _ = files::remove(&entry.path());
         }
         let store = ContentStore {
