@@ -2,7 +2,7 @@
 //!
 //! # Layout
 //! - [`agent`]: the node agent (`litek8s agent`): joins, registers the Node, keeps it
-//!   reported over the cluster's servers; runs containers (runtime, sandbox).
+//!   reported over the cluster's servers; pulls images and runs containers (images, runtime, sandbox).
 //! - [`allocator`]: mimalloc and when the process may use transparent huge pages.
 //! - [`cluster`]: the HA cluster: Raft node, server-to-server transport, joins, forwarding.
 //! - [`cli`]: the `litek8s` command and its flags, resolved into settings.

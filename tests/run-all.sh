@@ -79,6 +79,11 @@ command -v python3 >/dev/null || missing+=(python3)
 if command -v python3 >/dev/null && ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
     missing+=(python3-venv)
 fi
+# The node agent's image tests: a static busybox for offline test images, a registry to push
+# them to, htpasswd for its Basic-auth variant.
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || missing+=(busybox-static)
+command -v docker-registry >/dev/null || missing+=(docker-registry)
+command -v htpasswd >/dev/null || missing+=(apache2-utils)
 command -v cargo >/dev/null || {
     echo "FAIL cargo not found: install Rust first"
     echo "0 passed, 1 failed"
@@ -98,7 +103,7 @@ if [ ${#missing[@]} -gt 0 ]; then
             "${missing[@]}" >/dev/null ||
         echo "apt-get install failed for: ${missing[*]}"
 fi
-echo "tools ready: $(python3 --version 2>&1), curl, jq, $(cargo --version)"
+echo "tools ready: $(python3 --version 2>&1), curl, jq, busybox, docker-registry, htpasswd, $(cargo --version)"
 
 # --- 2. virtualenv
 echo "== python virtualenv (.venv)"

@@ -12,6 +12,7 @@
 //! - [`node`]: the Node's registration, status (`node::status`, from `node::machine`) and
 //!   `kube-node-lease` heartbeat (`node::lease`), and the watch that reads back its uid and
 //!   `spec.podCIDR`.
+//! - [`images`]: pulling, importing and storing container images, root filesystems.
 //! - [`run`]: the assembly, sd_notify, shutdown.
 //! - [`runtime`]: runc or crun under conmon: detection, OCI `config.json`, container
 //!   lifecycle, state on disk adopted after an agent restart.
@@ -19,6 +20,7 @@
 //!   `/etc/hosts`, hostname, `resolv.conf`.
 
 pub mod api;
+pub mod images;
 pub mod join;
 pub mod node;
 pub mod run;

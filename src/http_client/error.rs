@@ -32,6 +32,9 @@ pub enum ClientError {
     /// No whole answer within the limit: the request may have been received.
     #[error("no answer in {}ms", .0.as_millis())]
     Timeout(Duration),
+    /// A streamed answer's body stopped: nothing more came within the limit.
+    #[error("answer stalled: nothing received in {}ms", .0.as_millis())]
+    Stalled(Duration),
     /// The peer answered something that is not HTTP; the first bytes it sent.
     #[error("answer is not HTTP: {preview:?}")]
     NotHttp { preview: String },

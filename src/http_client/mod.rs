@@ -6,6 +6,8 @@
 //! - [`get`] / [`send`]: one request on a connection of its own (HTTP/1.1, `Connection:
 //!   close`), for health checks and one-off fetches. The fresh connection proves the server
 //!   accepts connections now and tells which address it reached ([`Answer::reached`]).
+//! - [`open`]: one request on a connection of its own whose answer body is read piece by
+//!   piece ([`Streaming`]), for bodies too large for memory (container image layers).
 //! - [`Pool`]: HTTP/2 connections kept per peer and shared by concurrent requests, for
 //!   traffic between servers where a connection per request would cost a TLS handshake
 //!   each time.
@@ -15,11 +17,13 @@
 //! the cluster CA ([`TlsConfig::pinned`], server names checked, optionally presenting a
 //! client certificate) for everything else, optionally with a bearer token (the cluster
 //! secret, see [`Pool::http2`]); TLS without verification only for the balancer's
-//! `--https-check` ([`TlsConfig::unverified`]).
+//! `--https-check` ([`TlsConfig::unverified`]); the system's CA bundle only for container
+//! registries, which live outside the cluster ([`TlsConfig::public_roots`]).
 //!
 //! # Bounds
 //! Every call takes [`Limits`]: one timeout covering connect, handshake, request and the
-//! whole body, and a largest body. Nothing waits forever and nothing reads without end.
+//! whole body, and a largest body. Nothing waits forever and nothing reads without end; a
+//! streamed body has a limit on its head and one between its pieces ([`StreamLimits`]).
 //!
 //! # Errors
 //! [`ClientError`] says what the caller may assume: [`ClientError::is_unsent`] failures
@@ -32,6 +36,7 @@ mod error;
 mod pool;
 mod server_url;
 mod single;
+mod stream;
 mod tls;
 
 #[cfg(test)]
@@ -43,6 +48,7 @@ pub use error::ClientError;
 pub use pool::{BadToken, Pool};
 pub use server_url::{Scheme, ServerUrl, ServerUrlError};
 pub use single::{connect, get, send, Answer};
+pub use stream::{open, StreamLimits, Streaming};
 pub use tls::{ClientIdentity, TlsConfig, TlsError, Transport};
 
 /// The bounds of one request.

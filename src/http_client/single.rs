@@ -61,7 +61,16 @@ pub async fn send(
     mut request: Request<Full<Bytes>>,
     limits: Limits,
 ) -> Result<Answer, ClientError> {
-    let headers = request.headers_mut();
+    one_shot_headers(addr, request.headers_mut())?;
+    match tokio::time::timeout(limits.timeout, exchange(addr, transport, request, limits)).await {
+        Ok(result) => result,
+        Err(_) => Err(ClientError::Timeout(limits.timeout)),
+    }
+}
+
+/// The headers of a request on a connection of its own: `Host` (`addr` unless given), a
+/// `User-Agent`, and `Connection: close`.
+pub(super) fn one_shot_headers(addr: &str, headers: &mut HeaderMap) -> Result<(), ClientError> {
     if !headers.contains_key(header::HOST) {
         let host = HeaderValue::from_str(addr).map_err(|e| ClientError::BadRequest {
             addr: addr.to_string(),
@@ -73,10 +82,7 @@ pub async fn send(
         .entry(header::USER_AGENT)
         .or_insert(HeaderValue::from_static("litek8s"));
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-    match tokio::time::timeout(limits.timeout, exchange(addr, transport, request, limits)).await {
-        Ok(result) => result,
-        Err(_) => Err(ClientError::Timeout(limits.timeout)),
-    }
+    Ok(())
 }
 
 /// A TCP connection to `addr` within `limit`.
@@ -130,7 +136,7 @@ async fn exchange(
 }
 
 /// The TLS server name of `host:port`: a DNS name or an IP address (brackets removed).
-fn server_name(addr: &str) -> Result<ServerName<'static>, ClientError> {
+pub(super) fn server_name(addr: &str) -> Result<ServerName<'static>, ClientError> {
     let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
     ServerName::try_from(host.trim_matches(['[', ']']).to_string()).map_err(|e| {
         ClientError::BadRequest {
@@ -187,7 +193,7 @@ where
     }
 }
 
-fn classify(e: &hyper::Error, preview: &Preview) -> ClientError {
+pub(super) fn classify(e: &hyper::Error, preview: &Preview) -> ClientError {
     if e.is_parse() || e.is_parse_status() {
         return ClientError::NotHttp {
             preview: preview.text(),
@@ -215,27 +221,27 @@ fn classify_body(
 
 /// The first bytes read from a connection.
 #[derive(Clone, Default)]
-struct Preview(Arc<parking_lot::Mutex<Vec<u8>>>);
+pub(super) struct Preview(Arc<parking_lot::Mutex<Vec<u8>>>);
 
 impl Preview {
-    fn text(&self) -> String {
+    pub(super) fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock()).into_owned()
     }
 
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.0.lock().is_empty()
     }
 }
 
 /// A stream that copies the first [`PREVIEW`] bytes it reads into a [`Preview`].
-struct Recording<S> {
+pub(super) struct Recording<S> {
     inner: S,
     preview: Preview,
     full: bool,
 }
 
 impl<S> Recording<S> {
-    fn new(inner: S, preview: &Preview) -> Recording<S> {
+    pub(super) fn new(inner: S, preview: &Preview) -> Recording<S> {
         Recording {
             inner,
             preview: preview.clone(),

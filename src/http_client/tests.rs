@@ -490,3 +490,150 @@ async fn a_pool_streams_an_answer_on_the_shared_connection() {
     pool.send(request("/a"), LIMITS).await.unwrap();
     assert_eq!(accepted.load(Ordering::SeqCst), 1);
 }
+
+const STREAM: StreamLimits = StreamLimits {
+    head: Duration::from_secs(5),
+    idle: Duration::from_millis(300),
+};
+
+fn stream_get(path: &str) -> Request<Full<Bytes>> {
+    Request::get(path).body(Full::new(Bytes::new())).unwrap()
+}
+
+#[tokio::test]
+async fn a_streamed_body_arrives_in_pieces_of_any_total_size() {
+    let (addr, _) = serve(None).await;
+    let size = 5 << 20;
+    let mut answer = open(
+        &addr.to_string(),
+        &Transport::Plain,
+        stream_get(&format!("/big/{size}")),
+        STREAM,
+    )
+    .await
+    .unwrap();
+    assert_eq!((answer.status, answer.reached), (StatusCode::OK, addr));
+    let (mut total, mut pieces) = (0, 0);
+    while let Some(piece) = answer.chunk().await.unwrap() {
+        assert!(piece.iter().all(|b| *b == b'x'));
+        total += piece.len();
+        pieces += 1;
+    }
+    assert_eq!(total, size);
+    assert!(pieces > 1, "read piece by piece, not whole");
+    // A small body read whole, within a limit.
+    let small = open(
+        &addr.to_string(),
+        &Transport::Plain,
+        stream_get("/missing"),
+        STREAM,
+    )
+    .await
+    .unwrap();
+    assert_eq!(small.status, StatusCode::NOT_FOUND);
+    assert_eq!(small.collect(100).await.unwrap(), "/missing -");
+    let big = open(
+        &addr.to_string(),
+        &Transport::Plain,
+        stream_get("/big/1000"),
+        STREAM,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        big.collect(999).await.unwrap_err(),
+        ClientError::TooLarge { limit: 999 }
+    );
+}
+
+#[tokio::test]
+async fn a_streamed_body_that_stops_coming_is_stalled_and_a_silent_head_times_out() {
+    // Announces 1000 bytes, sends 5, then holds the connection open.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _server = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let mut buf = [0u8; 1024];
+            let _ = tcp.read(&mut buf).await;
+            let _ = tcp
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nhello")
+                .await;
+            held.push(tcp);
+        }
+    });
+    let started = Instant::now();
+    let mut answer = open(
+        &addr.to_string(),
+        &Transport::Plain,
+        stream_get("/"),
+        STREAM,
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer.chunk().await.unwrap().unwrap(), "hello");
+    let e = answer.chunk().await.unwrap_err();
+    assert_eq!(e, ClientError::Stalled(Duration::from_millis(300)));
+    assert_eq!(e.to_string(), "answer stalled: nothing received in 300ms");
+    assert!(started.elapsed() < Duration::from_secs(2));
+
+    // A server that accepts and never answers: the head's limit.
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let _silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = silent.accept().await {
+            held.push(tcp);
+        }
+    });
+    let limits = StreamLimits {
+        head: Duration::from_millis(200),
+        idle: Duration::from_secs(5),
+    };
+    let e = open(
+        &silent_addr.to_string(),
+        &Transport::Plain,
+        stream_get("/"),
+        limits,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e, ClientError::Timeout(Duration::from_millis(200)));
+}
+
+#[tokio::test]
+async fn a_streamed_request_to_a_closed_port_is_refused_unsent() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let e = open(
+        &addr.to_string(),
+        &Transport::Plain,
+        stream_get("/"),
+        STREAM,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, ClientError::Refused(_)), "{e}");
+    assert!(e.is_unsent());
+}
+
+#[tokio::test]
+async fn public_roots_add_an_extra_ca_to_the_system_bundle() {
+    let ca = Ca::new("registry-ca");
+    let (cert, key) = ca.issue(&["127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
+    let (addr, _) = serve(Some(server_tls(&cert, &key, None, &[]))).await;
+    let with_ca = Transport::Tls(TlsConfig::public_roots(Some(&ca.pem())).unwrap());
+    let answer = get(&addr.to_string(), "/v2/", &with_ca, LIMITS)
+        .await
+        .unwrap();
+    assert_eq!(answer.status, StatusCode::OK);
+    // The system's bundle alone does not know the test CA.
+    let system = Transport::Tls(TlsConfig::public_roots(None).unwrap());
+    let e = get(&addr.to_string(), "/v2/", &system, LIMITS)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClientError::Tls(_)), "{e}");
+}

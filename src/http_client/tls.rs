@@ -1,7 +1,9 @@
 //! How the client's connections are secured: not at all (health checks and the join's CA
 //! fetch), TLS pinned to one CA (everything that carries a secret), or TLS that accepts any
-//! certificate (only the balancer's `--https-check`). No configuration here trusts the
-//! system's root certificates: a litek8s cluster has its own CA and nothing else to trust.
+//! certificate (only the balancer's `--https-check`). Between litek8s processes nothing
+//! trusts the system's root certificates: a litek8s cluster has its own CA and nothing else to
+//! trust. Container registries are the one exception: they live outside the cluster, so the
+//! node agent verifies them against the system's CA bundle ([`TlsConfig::public_roots`]).
 
 use std::sync::Arc;
 
@@ -92,6 +94,28 @@ impl TlsConfig {
                     source,
                 })?,
         };
+        Ok(TlsConfig(Arc::new(config)))
+    }
+
+    /// Trusts the system's CA bundle (as OpenSSL finds it, `SSL_CERT_FILE` included) and the
+    /// certificates in `extra_ca_pem`: for container registries only, never for traffic
+    /// between litek8s processes. Certificates of the bundle that rustls cannot parse are
+    /// skipped; a system without any bundle leaves `extra_ca_pem` as the only roots.
+    pub fn public_roots(extra_ca_pem: Option<&str>) -> Result<TlsConfig, TlsError> {
+        let mut roots = rustls::RootCertStore::empty();
+        let native = rustls_native_certs::load_native_certs();
+        let (_added, _skipped) = roots.add_parsable_certificates(native.certs);
+        if let Some(pem) = extra_ca_pem {
+            for cert in certs(pem, "registry CA certificate")? {
+                roots.add(cert).map_err(|source| TlsError::Rustls {
+                    what: "registry CA certificate",
+                    source,
+                })?;
+            }
+        }
+        let config = builder()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
         Ok(TlsConfig(Arc::new(config)))
     }
 
