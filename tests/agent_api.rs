@@ -124,7 +124,10 @@ fn requests_skip_a_dead_server_and_watches_stream_until_their_server_dies() {
         })
         .await;
         assert!(ended.is_ok(), "the watch outlived its server");
-        println!("the watch ended {:?} after its server died", killed.elapsed());
+        println!(
+            "the watch ended {:?} after its server died",
+            killed.elapsed()
+        );
         let e = api.get("/api/v1/namespaces").await.unwrap_err();
         assert!(
             matches!(e, litek8s::agent::api::ApiError::Unreachable(_)),

@@ -25,11 +25,11 @@ use rcgen::{CertificateParams, DnType, KeyPair};
 
 use super::settings::AgentSettings;
 use crate::cluster::join::{fetch_verified_ca, JoinError as CaError};
+use crate::cluster::join_token::{ca_hash, JoinToken};
 use crate::cluster::node_credential::{
     node_user, NodeCredential, NodeCredentialRequest, NODES_GROUP,
 };
 use crate::cluster::protocol::api_paths;
-use crate::cluster::token::{ca_hash, JoinToken};
 use crate::http_client::{
     self, ClientError, ClientIdentity, Limits, TlsConfig, TlsError, Transport,
 };
@@ -408,8 +408,8 @@ fn certificate_request(key: &KeyPair, node_name: &str) -> Result<String, JoinErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::join_token::ClusterSecret;
     use crate::cluster::node_credential::sign;
-    use crate::cluster::token::ClusterSecret;
 
     fn ca() -> (String, String) {
         let key = KeyPair::generate().unwrap();

@@ -12,8 +12,8 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::cluster::join_token::{JoinToken, TokenError};
 use crate::cluster::node_credential::is_node_name;
-use crate::cluster::token::{JoinToken, TokenError};
 use crate::controllers::taints::{Effect, Taint};
 use crate::http_client::{Scheme, ServerUrl};
 

@@ -10,7 +10,7 @@
 
 use http::Method;
 
-use super::kinds;
+use super::kind_rules;
 use super::request::ApiRequest;
 use super::status::ApiError;
 use crate::kube::writer::BarrierError;
@@ -36,7 +36,7 @@ pub enum Barrier {
 
 /// When `req` passes the read barrier. Keep every store read of the create path in step with
 /// [`Barrier::CommitFirst`]: a create may skip the barrier only while the namespace is all it
-/// reads (`kinds::create_reads_store` names the kinds whose preparation reads more).
+/// reads (`kind_rules::create_reads_store` names the kinds whose preparation reads more).
 pub fn decide(req: &ApiRequest) -> Barrier {
     let t = &req.target;
     if req.method == Method::GET {
@@ -51,7 +51,7 @@ pub fn decide(req: &ApiRequest) -> Barrier {
     let in_namespace = !t.info.namespaced || t.namespace.is_some();
     let create =
         req.method == Method::POST && t.name.is_none() && t.subresource.is_none() && in_namespace;
-    if create && !req.query.dry_run && !kinds::create_reads_store(t.info) {
+    if create && !req.query.dry_run && !kind_rules::create_reads_store(t.info) {
         Barrier::CommitFirst
     } else {
         Barrier::Now

@@ -9,14 +9,14 @@ use super::read::Filter;
 use super::request::ApiRequest;
 use super::status::{self, ApiError};
 use super::write::{self, DeleteOptions, Outcome, Written};
-use super::{kinds, output, response, ApiBody};
+use super::{kind_rules, output, response, ApiBody};
 
 /// Serves DELETE on a named object.
 pub async fn delete(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
     let opts = DeleteOptions::from_request(req)?;
     let name = req.name().to_string();
     match write::delete(req, &name, &opts).await? {
-        Outcome::Removed(object) if !kinds::returns_deleted_object(req.info()) => {
+        Outcome::Removed(object) if !kind_rules::returns_deleted_object(req.info()) => {
             Ok(response::json_value(
                 StatusCode::OK,
                 &status::success(req.info(), &name, &object.uid),

@@ -16,7 +16,7 @@
 //! - `write/`: the write step every writing verb ends in (decode → admission → metadata →
 //!   defaults and validation → ownership → Mutation → Writer), with the retry of a write that
 //!   lost a race, and deletion.
-//! - `meta`, `validation`, `kinds` (+ `defaults/`, `lease`, `service` with `cluster_ip` and
+//! - `meta`, `validation`, `kind_rules` (+ `defaults/`, `lease`, `service` with `cluster_ip` and
 //!   `node_port`, `spec_validation`), `namespace_lifecycle`: what a write decides before it
 //!   becomes a Mutation.
 //! - `options`: write options (dryRun, fieldManager, fieldValidation, force) and `Warning`s;
@@ -37,7 +37,7 @@ pub mod discovery;
 pub mod get;
 pub mod health;
 pub mod in_flight;
-pub mod kinds;
+pub mod kind_rules;
 pub mod lease;
 pub mod list;
 pub mod meta;

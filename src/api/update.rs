@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::request::ApiRequest;
 use super::status::{ApiError, Gr};
 use super::write::{self, OnConflict, Plan};
-use super::{kinds, lease, meta, options, validation, ApiBody};
+use super::{kind_rules, lease, meta, options, validation, ApiBody};
 use crate::kube::object::ObjectRef;
 
 /// Serves PUT on a named object or its status.
@@ -40,7 +40,7 @@ fn plan(
     let info = req.info();
     let status_only = write::status_only(req);
     let Some(current) = current else {
-        if kinds::allows_create_on_update(info) && !status_only {
+        if kind_rules::allows_create_on_update(info) && !status_only {
             return Ok(Plan::Create(object.clone()));
         }
         return Err(ApiError::not_found(info, name));

@@ -8,9 +8,9 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 
 use crate::cluster::join;
+use crate::cluster::join_token::JoinToken;
 use crate::cluster::peer::{is_auth_refusal, PeerClient, PeerError};
 use crate::cluster::protocol::{api_paths, MembersReply, MembershipReply, RemoveRequest};
-use crate::cluster::token::JoinToken;
 use crate::http_client::{self, ClientError, Limits, Transport};
 
 /// Flags of `litek8s server`.

@@ -12,6 +12,7 @@ use http::{header, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
+use super::join_token::ClusterSecret;
 use super::member::Member;
 use super::membership;
 use super::node::{ClusterNode, Leadership};
@@ -20,7 +21,6 @@ use super::peer::PeerError;
 use super::protocol::{
     api_paths, paths, ApiServers, JoinBundle, JoinRequest, MembershipReply, RemoveRequest,
 };
-use super::token::ClusterSecret;
 use crate::api::{response, ApiBody};
 
 /// How long a join may take (a learner catching up with a large store included).

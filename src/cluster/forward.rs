@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::node::{ClusterNode, Leadership};
 use super::peer::PeerError;
-use super::writer::NO_LEADER_TIMEOUT;
+use super::raft_writer::NO_LEADER_TIMEOUT;
 use crate::api::context::User;
 use crate::api::status::ApiError;
 use crate::api::{response, ApiBody};

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use http::StatusCode;
 
+use super::join_token::{ca_hash, JoinToken};
 use super::member::Member;
 use super::peer::{is_auth_refusal, PeerClient, PeerError, PeerSetupError};
 use super::protocol::{api_paths, JoinBundle, JoinRequest, MembershipReply};
-use super::token::{ca_hash, JoinToken};
 use crate::http_client::{self, ClientError, Limits, Scheme, ServerUrl, ServerUrlError, Transport};
 use crate::raft::types::NodeId;
 

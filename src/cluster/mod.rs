@@ -5,7 +5,7 @@
 //! # Layout
 //! - [`mode`]: how a start runs (single, `--cluster-init`, join, member restart), decided
 //!   from the data directory and flags; [`init`]: `--cluster-init`'s first snapshot;
-//!   [`join`]: the joining side's handshake; [`token`]: the join token; [`start`]: the
+//!   [`join`]: the joining side's handshake; [`join_token`]: the join token; [`start`]: the
 //!   assembly of a member (node, Raft listener, admission); [`readiness`]: `/readyz`,
 //!   sd_notify and the watchdog following the Raft state; [`error`]: `ClusterError`.
 //! - [`node`]: the Raft node on its own runtime; [`timers`]: heartbeat/election settings.
@@ -13,7 +13,7 @@
 //!   between servers over HTTPS pinned to the cluster CA ([`peer`]), authenticated with the
 //!   cluster secret; [`protocol`]: the cluster messages.
 //! - [`forward`]: client writes reaching a follower go whole to the leader;
-//!   [`writer`]: the store writes behind handlers (leader: batcher; a follower's own
+//!   [`raft_writer`]: the store writes behind handlers (leader: batcher; a follower's own
 //!   writes: proposals forwarded to the leader);
 //!   [`reads`]: the ReadIndex barrier.
 //! - [`membership`]: joins, promotion and removal on the leader; [`member`]: identities.
@@ -33,6 +33,7 @@ pub mod forward;
 pub mod handoff;
 pub mod init;
 pub mod join;
+pub mod join_token;
 pub mod leader;
 pub mod member;
 pub mod membership;
@@ -42,13 +43,12 @@ pub mod node;
 pub mod node_credential;
 pub mod peer;
 pub mod protocol;
+pub mod raft_writer;
 pub mod readiness;
 pub mod reads;
 pub mod rpc;
 pub mod start;
 pub mod timers;
-pub mod token;
-pub mod writer;
 
 pub use error::ClusterError;
 pub use mode::ClusterFlags;

@@ -10,9 +10,9 @@
 
 use super::error::{read_optional, write_file, ClusterError};
 use super::join;
+use super::join_token::{ClusterSecret, JoinToken};
 use super::member::{ClusterDir, Identity};
 use super::protocol::JoinBundle;
-use super::token::{ClusterSecret, JoinToken};
 use crate::storage::fsutil::SECRET_MODE;
 
 /// `--cluster-init`, `--server`, `--raft-port` and the `LITEK8S_TOKEN` environment variable.

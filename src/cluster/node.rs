@@ -10,11 +10,11 @@ use openraft::{Raft, RaftMetrics, ServerState};
 use parking_lot::Mutex;
 
 use super::error::ClusterError;
+use super::join_token::ClusterSecret;
 use super::member::Member;
 use super::network::Network;
 use super::peer::PeerClient;
 use super::timers::Timers;
-use super::token::ClusterSecret;
 use crate::kube::store::Store;
 use crate::raft::batcher::{BatchLimits, Batcher, ProposeError};
 use crate::raft::log::{LogConfig, LogStore};

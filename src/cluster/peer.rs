@@ -14,7 +14,7 @@ use http_body_util::Full;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::token::ClusterSecret;
+use super::join_token::ClusterSecret;
 use crate::http_client::{BadToken, ClientError, Limits, Pool, TlsConfig, TlsError};
 
 /// The largest response a peer may send (a snapshot chunk, a member list, a forwarded object).

@@ -16,8 +16,8 @@ use http::Request;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::ClientCertVerifier;
 
+use super::admin_token::AdminToken;
 use super::error::ServerError;
-use super::token::AdminToken;
 use crate::api::User;
 
 /// The group every authenticated user is in.

@@ -5,7 +5,7 @@
 //! - [`settings`]: the resolved configuration (`ServerSettings`) the CLI builds from flags.
 //! - [`run`]: the assembly and lifecycle of one process (start, ready, shutdown); the
 //!   leader-gated singletons it starts live in `controllers`.
-//! - [`datadir`], [`pki`], [`token`], [`kubeconfig`]: what lives in the data directory.
+//! - [`datadir`], [`pki`], [`admin_token`], [`kubeconfig`]: what lives in the data directory.
 //! - [`listener`]: the API port (TLS/plain detection, connection bounds, draining);
 //!   [`tls`]: its rustls configuration.
 //! - [`authn`]: who is calling; [`dispatch`]: what the transport answers itself (401, 404)
@@ -14,6 +14,7 @@
 //!   [`identity_lease`]: this server's Lease, renewed by every server.
 //! - `ServerError` lives in [`error`].
 
+pub mod admin_token;
 pub mod authn;
 pub mod backend;
 pub mod datadir;
@@ -26,7 +27,6 @@ pub mod pki;
 pub mod run;
 pub mod settings;
 pub mod tls;
-pub mod token;
 
 pub use error::ServerError;
 pub use run::run;

@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use super::admin_token::AdminToken;
 use super::authn::Authenticator;
 use super::backend::{self, Backend};
 use super::datadir::{read_optional, write_file, DataDir, PUBLIC_MODE, SECRET_MODE};
@@ -21,7 +22,6 @@ use super::dispatch::Dispatch;
 use super::error::ServerError;
 use super::listener::{Limits, Listener};
 use super::settings::ServerSettings;
-use super::token::AdminToken;
 use super::{identity_lease, kubeconfig, pki, tls};
 use crate::api::{ApiContext, ApiSettings};
 use crate::client::{identities, Client};

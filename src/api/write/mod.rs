@@ -9,7 +9,7 @@
 //! 3. **admission** ([`admission::admit`]): where admission plugins change or refuse a write;
 //! 4. **metadata the server owns** (`meta`): uid, timestamps, generation, what an update may
 //!    not change; before the defaults, since they and the kind's validation read it;
-//! 5. **the kind's preparation** (`kinds::prepare`): defaults, status rules, the kind's
+//! 5. **the kind's preparation** (`kind_rules::prepare`): defaults, status rules, the kind's
 //!    validation, a Service's addresses and ports;
 //! 6. **field ownership** (`ownership`): managedFields;
 //! 7. **the Mutation**, handed to the Writer by `commit`; a refusal becomes the API error.

@@ -19,7 +19,7 @@ use crate::api::barrier::{self, Barrier};
 use crate::api::meta::{self, str_at};
 use crate::api::request::ApiRequest;
 use crate::api::status::{ApiError, Cause, Gr};
-use crate::api::{kinds, namespace_lifecycle, ownership, validation};
+use crate::api::{kind_rules, namespace_lifecycle, ownership, validation};
 use crate::kube::mutation::{ApplyError, Mutation};
 use crate::kube::object::ObjectKey;
 use crate::kube::writer::WriteError;
@@ -143,7 +143,7 @@ async fn create_from(
         validation::check_name(info, &name)?;
         let mut candidate = object.clone();
         meta::prepare_create(info, &mut candidate, &name, &now);
-        let reservation = kinds::prepare(&req.ctx, info, &name, None, &mut candidate)?;
+        let reservation = kind_rules::prepare(&req.ctx, info, &name, None, &mut candidate)?;
         ownership::record_write(req, None, &mut candidate);
         if dry_run {
             let key = ObjectKey::new(info.store_key(), namespace.clone(), name.clone());

@@ -9,7 +9,7 @@ use super::admission::{self, Operation};
 use super::Written;
 use crate::api::request::ApiRequest;
 use crate::api::status::ApiError;
-use crate::api::{kinds, meta, options, ownership, validation};
+use crate::api::{kind_rules, meta, options, ownership, validation};
 use crate::kube::object::ObjectRef;
 
 /// Writes `wanted` over `current` (`old` is `current` parsed; both full objects of the
@@ -66,7 +66,7 @@ pub(super) async fn replace(
     if let Some(md) = new.get_mut("metadata").and_then(Value::as_object_mut) {
         md.remove("resourceVersion");
     }
-    let reservation = kinds::prepare(&req.ctx, info, &name, Some(&old), &mut new)?;
+    let reservation = kind_rules::prepare(&req.ctx, info, &name, Some(&old), &mut new)?;
     ownership::record_write(req, Some(&old), &mut new);
     if meta::same_but_rv(&old, &new) {
         return Ok(Written::Stored(current.clone()));
