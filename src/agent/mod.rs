@@ -22,11 +22,11 @@
 pub mod api;
 pub mod images;
 pub mod join;
-pub mod node;
-pub mod run;
+pub(crate) mod node;
+pub(crate) mod run;
 pub mod runtime;
 pub mod sandbox;
-pub mod settings;
+pub(crate) mod settings;
 
 pub use run::{run, run_until, AgentError};
 pub use settings::{AgentFlags, AgentSettings};

@@ -101,25 +101,6 @@ pub fn check_value_types(info: &ResourceInfo, object: &Value) -> Result<(), ApiE
     }
 }
 
-/// With `fieldValidation=Strict`, rejects fields the kind's schema does not know, with the
-/// message kube-apiserver gives (kubectl 1.33 leaves this check to the server because the
-/// OpenAPI v3 documents declare server-side field validation).
-pub fn check_unknown_fields(
-    info: &ResourceInfo,
-    field_validation: Option<&str>,
-    object: &Value,
-) -> Result<(), ApiError> {
-    if field_validation != Some("Strict") {
-        return Ok(());
-    }
-    match crate::api::openapi::unknown_fields(info.group, info.version, info.kind, object) {
-        Some(unknown) if !unknown.is_empty() => Err(ApiError::BadRequest(
-            crate::api::openapi::strict_decoding_message(info.kind, info.version, &unknown),
-        )),
-        _ => Ok(()),
-    }
-}
-
 pub fn check_type(info: &ResourceInfo, object: &mut Value) -> Result<(), ApiError> {
     let want_version = info.api_version();
     match object.get("apiVersion").and_then(Value::as_str) {

@@ -1,10 +1,10 @@
 //! Command-line interface: the `litek8s` command, its subcommands and their flags. Flags are
 //! turned into settings structs here; subcommands receive settings, never raw arguments.
 
-pub mod agent;
-pub mod apiserver;
-pub mod lb;
-pub mod server;
+pub(crate) mod agent;
+pub(crate) mod apiserver;
+pub(crate) mod lb;
+pub(crate) mod server;
 
 use clap::{Parser, Subcommand};
 

@@ -26,29 +26,29 @@
 //! The cluster sits below the process assembly (`server`): it never imports it. `server`
 //! wraps a started member as its backend.
 
-pub mod crash_watch;
-pub mod endpoints;
-pub mod error;
-pub mod forward;
-pub mod handoff;
-pub mod init;
-pub mod join;
-pub mod join_token;
-pub mod leader;
-pub mod member;
-pub mod membership;
-pub mod mode;
-pub mod network;
-pub mod node;
-pub mod node_credential;
-pub mod peer;
-pub mod protocol;
-pub mod raft_writer;
-pub mod readiness;
-pub mod reads;
-pub mod rpc;
-pub mod start;
-pub mod timers;
+pub(crate) mod crash_watch;
+pub(crate) mod endpoints;
+pub(crate) mod error;
+pub(crate) mod forward;
+pub(crate) mod handoff;
+pub(crate) mod init;
+pub(crate) mod join;
+pub(crate) mod join_token;
+pub(crate) mod leader;
+pub(crate) mod member;
+pub(crate) mod membership;
+pub(crate) mod mode;
+pub(crate) mod network;
+pub(crate) mod node;
+pub(crate) mod node_credential;
+pub(crate) mod peer;
+pub(crate) mod protocol;
+pub(crate) mod raft_writer;
+pub(crate) mod readiness;
+pub(crate) mod reads;
+pub(crate) mod rpc;
+pub(crate) mod start;
+pub(crate) mod timers;
 
 pub use error::ClusterError;
 pub use mode::ClusterFlags;

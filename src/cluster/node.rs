@@ -69,7 +69,6 @@ pub struct ClusterNode {
     pub store: Arc<Store>,
     pub secret: ClusterSecret,
     pub timers: Timers,
-    pub ca_pem: String,
     /// Client for forwarding from the API runtime (proposals, read indexes, joins).
     pub peers: PeerClient,
     /// The last log index when this process started. openraft 0.9 restores a former leader as
@@ -172,7 +171,6 @@ impl ClusterNode {
             store: config.store,
             secret: config.secret,
             timers: config.timers,
-            ca_pem: config.ca_pem,
             peers,
             batcher,
             heard: Mutex::new(Heard::default()),

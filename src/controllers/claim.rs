@@ -106,6 +106,7 @@ impl Candidate {
         Candidate { object, value }
     }
 
+    #[cfg(test)]
     pub fn name(&self) -> &str {
         &self.object.key.name
     }

@@ -32,37 +32,37 @@
 //! Every write goes through the in-process client (`crate::client`), so controllers' writes
 //! get the API's defaults, validation and managedFields, and fail on a deposed leader.
 
-pub mod bootstrap;
-pub mod claim;
-pub mod cronjob;
-pub mod deployment;
-pub mod disruption;
-pub mod endpoints;
-pub mod event_ttl;
+pub(crate) mod bootstrap;
+pub(crate) mod claim;
+pub(crate) mod cronjob;
+pub(crate) mod deployment;
+pub(crate) mod disruption;
+pub(crate) mod endpoints;
+pub(crate) mod event_ttl;
 pub mod events;
-pub mod garbage_collector;
+pub(crate) mod garbage_collector;
 pub mod informer;
-pub mod job;
-pub mod leader_lease;
-pub mod namespace;
-pub mod node_ipam;
-pub mod node_lifecycle;
-pub mod objects;
-pub mod pod_control;
-pub mod pod_gc;
-pub mod queue;
-pub mod replicaset;
-pub mod root_ca;
-pub mod runner;
+pub(crate) mod job;
+pub(crate) mod leader_lease;
+pub(crate) mod namespace;
+pub(crate) mod node_ipam;
+pub(crate) mod node_lifecycle;
+pub(crate) mod objects;
+pub(crate) mod pod_control;
+pub(crate) mod pod_gc;
+pub(crate) mod queue;
+pub(crate) mod replicaset;
+pub(crate) mod root_ca;
+pub(crate) mod runner;
 pub mod scheduler;
-pub mod service_account;
-pub mod taint_eviction;
-pub mod taints;
-pub mod template;
+pub(crate) mod service_account;
+pub(crate) mod taint_eviction;
+pub(crate) mod taints;
+pub(crate) mod template;
 #[cfg(test)]
-pub mod test_env;
-pub mod ttl_after_finished;
-pub mod worker;
+pub(crate) mod test_env;
+pub(crate) mod ttl_after_finished;
+pub(crate) mod worker;
 
 use crate::client::Client;
 

@@ -204,12 +204,14 @@ impl<K: Clone + Eq + Hash + Ord + Send + 'static> WorkQueue<K> {
         }
     }
 
+    #[cfg(test)]
     /// Keys waiting or being processed (for tests and status).
     pub fn len(&self) -> usize {
         let state = self.inner.state.lock();
         state.queue.len() + state.processing.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -59,8 +59,8 @@
 //! }
 //! ```
 
-pub mod discovery;
-pub mod health;
+pub(crate) mod discovery;
+pub(crate) mod health;
 mod persist;
 mod servers;
 mod shared;

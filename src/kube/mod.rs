@@ -16,16 +16,16 @@
 //! - `prepared_object`: an object encoded and indexed ahead of the store (off the Raft thread).
 
 pub mod checkpoint;
-pub mod drop_later;
-pub mod json_writer;
-pub mod labels;
+pub(crate) mod drop_later;
+pub(crate) mod json_writer;
+pub(crate) mod labels;
 pub mod mutation;
 pub mod object;
 pub mod patch;
 pub mod prepared_object;
 pub mod resources;
-pub mod selectors;
+pub(crate) mod selectors;
 pub mod store;
 pub mod wal;
-pub mod watch;
+pub(crate) mod watch;
 pub mod writer;

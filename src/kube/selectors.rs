@@ -280,10 +280,6 @@ impl FieldSelector {
         Ok(FieldSelector { requirements })
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.requirements.is_empty()
-    }
-
     /// Checks every field against `supported` (besides metadata.name and metadata.namespace);
     /// the error is the message upstream returns with 400.
     pub fn check_supported(&self, supported: &[&str]) -> Result<(), SelectorError> {

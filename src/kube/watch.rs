@@ -99,12 +99,4 @@ impl History {
     pub fn oldest_available(&self) -> u64 {
         self.complete_after
     }
-
-    pub fn len(&self) -> usize {
-        self.events.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.events.is_empty()
-    }
 }

@@ -14,12 +14,12 @@
 //! - [`status`]: `/metrics`, `/status` and the systemd `STATUS=` line.
 //! - [`run`]: listeners (socket activation or bind), tasks, shutdown.
 
-pub mod balancer;
-pub mod proxy;
-pub mod relay;
-pub mod run;
-pub mod settings;
-pub mod status;
+pub(crate) mod balancer;
+pub(crate) mod proxy;
+pub(crate) mod relay;
+pub(crate) mod run;
+pub(crate) mod settings;
+pub(crate) mod status;
 
 pub use run::{listeners, run};
 pub use settings::LbSettings;

@@ -5,8 +5,8 @@
 
 pub mod batcher;
 pub mod log;
-pub mod sessions;
+pub(crate) mod sessions;
 pub mod snapshot;
 pub mod state_machine;
 pub mod types;
-pub mod wake_relay;
+pub(crate) mod wake_relay;

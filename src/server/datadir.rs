@@ -71,10 +71,6 @@ impl DataDir {
     pub fn admin_token(&self) -> PathBuf {
         self.root.join("admin-token")
     }
-
-    pub fn default_kubeconfig(&self) -> PathBuf {
-        self.root.join("kubeconfig.yaml")
-    }
 }
 
 /// Reads `path` as UTF-8 text; `Ok(None)` if it does not exist.

@@ -14,19 +14,19 @@
 //!   [`identity_lease`]: this server's Lease, renewed by every server.
 //! - `ServerError` lives in [`error`].
 
-pub mod admin_token;
-pub mod authn;
-pub mod backend;
-pub mod datadir;
-pub mod dispatch;
-pub mod error;
-pub mod identity_lease;
-pub mod kubeconfig;
-pub mod listener;
-pub mod pki;
-pub mod run;
-pub mod settings;
-pub mod tls;
+pub(crate) mod admin_token;
+pub(crate) mod authn;
+pub(crate) mod backend;
+pub(crate) mod datadir;
+pub(crate) mod dispatch;
+pub(crate) mod error;
+pub(crate) mod identity_lease;
+pub(crate) mod kubeconfig;
+pub(crate) mod listener;
+pub(crate) mod pki;
+pub(crate) mod run;
+pub(crate) mod settings;
+pub(crate) mod tls;
 
 pub use error::ServerError;
 pub use run::run;

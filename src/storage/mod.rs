@@ -4,7 +4,7 @@
 //! paths (`io`).
 //! `objects.wal`, Raft log segments and snapshots all use the same framing.
 
-pub mod fsutil;
+pub(crate) mod fsutil;
 pub mod io;
 pub mod record;
-pub mod zeros;
+pub(crate) mod zeros;

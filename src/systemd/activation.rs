@@ -71,12 +71,6 @@ impl Activation {
     }
 }
 
-/// One-shot form of [`Activation::take_tcp_listener`] for a process with a single activated
-/// listener. Only the first call in a process can find anything.
-pub fn take_tcp_listener(name: &str) -> Result<Option<TcpListener>, ActivationError> {
-    Activation::from_env().take_tcp_listener(name)
-}
-
 /// Names for `count` descriptors from `LISTEN_FDNAMES` (colon-separated). Missing entries
 /// get systemd's default name, `unknown`.
 pub fn parse_names(value: Option<&str>, count: usize) -> Vec<String> {

@@ -57,7 +57,6 @@ pub enum LogTarget {
 #[derive(Clone)]
 pub struct LogHandle {
     filter: reload::Handle<EnvFilter, Registry>,
-    target: LogTarget,
 }
 
 impl LogHandle {
@@ -67,11 +66,6 @@ impl LogHandle {
         self.filter
             .reload(parsed)
             .map_err(|e| LogError::Reload(e.to_string()))
-    }
-
-    /// Where lines go.
-    pub fn target(&self) -> LogTarget {
-        self.target
     }
 }
 
@@ -157,10 +151,7 @@ pub fn init(
             "journal socket unusable ({reason}); logging to stderr"
         );
     }
-    let handle = LogHandle {
-        filter: handle,
-        target,
-    };
+    let handle = LogHandle { filter: handle };
     let _ = INSTALLED.set(handle.clone());
     Ok(handle)
 }
@@ -171,10 +162,7 @@ pub(crate) mod tests_support {
 
     /// A handle over a test's own reload layer (tests must not install the global logger).
     pub(crate) fn handle(filter: reload::Handle<EnvFilter, Registry>) -> LogHandle {
-        LogHandle {
-            filter,
-            target: LogTarget::Stderr,
-        }
+        LogHandle { filter }
     }
 }
 
@@ -207,10 +195,7 @@ mod tests {
     fn reload_handle_changes_the_level() {
         let (layer, handle) = reload::Layer::new(parse_filter("warn").unwrap());
         let subscriber = tracing_subscriber::registry().with(layer);
-        let log = LogHandle {
-            filter: handle,
-            target: LogTarget::Stderr,
-        };
+        let log = LogHandle { filter: handle };
         tracing::subscriber::with_default(subscriber, || {
             assert!(!tracing::enabled!(tracing::Level::INFO));
             log.set_filter("debug").unwrap();

@@ -8,9 +8,9 @@
 //! - [`journal`]: journald or stderr logging with structured fields and a reloadable filter.
 //! - [`signals`]: the SIGHUP reload protocol.
 
-pub mod activation;
-pub mod journal;
-pub mod notify;
-pub mod readiness;
-pub mod signals;
-pub mod watchdog;
+pub(crate) mod activation;
+pub(crate) mod journal;
+pub(crate) mod notify;
+pub(crate) mod readiness;
+pub(crate) mod signals;
+pub(crate) mod watchdog;

@@ -157,6 +157,7 @@ impl ReadinessReporter {
         &self.notifier
     }
 
+    #[cfg(test)]
     /// The current state.
     pub fn state(&self) -> Readiness {
         self.inner.lock().state.clone()

@@ -103,10 +103,6 @@ impl RegistryClient {
         })
     }
 
-    pub fn settings(&self) -> &RegistrySettings {
-        &self.settings
-    }
-
     /// A session with the registry at `host` (`host[:port]`, as [`super::Reference::api_host`]
     /// gives it) for `repository`, authenticating with `credential` when the registry asks.
     pub async fn session(

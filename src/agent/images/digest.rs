@@ -3,7 +3,7 @@
 //! registry and image tool writes, and a digest we cannot check is worth nothing.
 
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 
 use sha2::{Digest as _, Sha256};
 
@@ -141,40 +141,6 @@ impl<R: Read> Read for HashingReader<R> {
         self.hasher.update(&buf[..n]);
         self.count += n as u64;
         Ok(n)
-    }
-}
-
-/// A writer that hashes and counts what passes through it.
-pub struct HashingWriter<W> {
-    inner: W,
-    hasher: Hasher,
-    count: u64,
-}
-
-impl<W: Write> HashingWriter<W> {
-    pub fn new(inner: W) -> HashingWriter<W> {
-        HashingWriter {
-            inner,
-            hasher: Hasher::new(),
-            count: 0,
-        }
-    }
-
-    pub fn finish(self) -> (W, Digest, u64) {
-        (self.inner, self.hasher.finish(), self.count)
-    }
-}
-
-impl<W: Write> Write for HashingWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.count += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
     }
 }
 

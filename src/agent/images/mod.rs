@@ -30,21 +30,21 @@
 //! How it behaves for users (what is pulled when, where things live, what errors say):
 //! docs/agent.md, "Images".
 
-pub mod auth;
-pub mod blob;
-pub mod client;
-pub mod credentials;
-pub mod digest;
-pub mod endpoint;
+pub(crate) mod auth;
+pub(crate) mod blob;
+pub(crate) mod client;
+pub(crate) mod credentials;
+pub(crate) mod digest;
+pub(crate) mod endpoint;
 pub mod files;
 pub mod gc;
-pub mod import;
+pub(crate) mod import;
 pub mod oci;
-pub mod pull;
+pub(crate) mod pull;
 pub mod records;
-pub mod reference;
+pub(crate) mod reference;
 pub mod rootfs;
-pub mod service;
+pub(crate) mod service;
 pub mod store;
 pub mod unpack;
 pub mod watch;

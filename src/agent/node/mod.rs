@@ -15,9 +15,9 @@
 //!
 //! Outputs reach the rest of the agent through `watch` channels ([`NodeState`]).
 
-pub mod lease;
-pub mod machine;
-pub mod status;
+pub(crate) mod lease;
+pub(crate) mod machine;
+pub(crate) mod status;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -25,9 +25,9 @@ pub mod detect;
 mod error;
 mod layout;
 pub mod logs;
-pub mod oci;
+pub(crate) mod oci;
 pub mod pleg;
-pub mod spec;
+pub(crate) mod spec;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

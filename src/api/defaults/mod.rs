@@ -11,8 +11,8 @@
 mod apps;
 mod batch;
 mod other;
-pub mod pod;
-pub mod service;
+pub(crate) mod pod;
+pub(crate) mod service;
 
 use serde_json::{json, Map, Value};
 

@@ -84,7 +84,6 @@ pub struct Field {
 
 #[derive(Debug, Clone)]
 pub struct Message {
-    pub name: Box<str>,
     /// Sorted by tag.
     pub fields: Vec<Field>,
 }
@@ -185,10 +184,7 @@ impl Table {
                 });
             }
             out.sort_by_key(|f| f.tag);
-            table.messages.push(Message {
-                name: name.as_str().into(),
-                fields: out,
-            });
+            table.messages.push(Message { fields: out });
         }
         if let Some(kinds) = doc.get("kinds").and_then(Value::as_object) {
             for (key, message) in kinds {

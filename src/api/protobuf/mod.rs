@@ -9,11 +9,11 @@
 //!
 //! Only decoding exists: responses are always JSON, which every client accepts.
 
-pub mod decode;
-pub mod descriptor;
-pub mod envelope;
-pub mod special;
-pub mod wire;
+pub(crate) mod decode;
+pub(crate) mod descriptor;
+pub(crate) mod envelope;
+pub(crate) mod special;
+pub(crate) mod wire;
 
 #[cfg(test)]
 mod tests;

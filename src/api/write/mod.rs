@@ -22,7 +22,7 @@
 //! GuaranteedUpdate does. Deletion (DeleteOptions, grace periods, finalizers, namespaces) is
 //! planned in `deletion`, shared by DELETE and deletecollection.
 
-pub mod admission;
+pub(crate) mod admission;
 mod deletion;
 mod new_object;
 mod replace;
@@ -38,9 +38,7 @@ use crate::kube::mutation::{Mutation, Precondition};
 use crate::kube::object::ObjectRef;
 use crate::kube::writer::WriteError;
 
-pub use self::deletion::{
-    delete, DeleteOptions, Propagation, FOREGROUND_FINALIZER, ORPHAN_FINALIZER,
-};
+pub use self::deletion::{delete, DeleteOptions, FOREGROUND_FINALIZER, ORPHAN_FINALIZER};
 
 /// How often a write plans again after losing a race to a concurrent write (GuaranteedUpdate).
 const MAX_ATTEMPTS: usize = 8;

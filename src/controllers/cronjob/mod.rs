@@ -18,10 +18,10 @@
 //! - Then the CronJob is queued again for its next scheduled time (`add_after`): there is no
 //!   polling. A spec change queues it at once; a schedule change at its new next time.
 
-pub mod schedule;
+pub(crate) mod schedule;
 #[cfg(test)]
 mod tests;
-pub mod timing;
+pub(crate) mod timing;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -36,12 +36,12 @@
 //! subresource does not take metadata from). The deprecated `rollbackTo` annotation is not
 //! acted on: no client of `apps/v1` sets it.
 
-pub mod fenceposts;
+pub(crate) mod fenceposts;
 mod progress;
 mod recreate;
-pub mod replica_sets;
+pub(crate) mod replica_sets;
 mod rolling;
-pub mod status;
+pub(crate) mod status;
 mod sync;
 
 use std::fmt;

@@ -23,8 +23,8 @@
 //! its writes, so every reconcile sees every pod the previous ones created or deleted. The
 //! informer caches only route changes to keys.
 
-pub mod ranking;
-pub mod status;
+pub(crate) mod ranking;
+pub(crate) mod status;
 
 use std::fmt;
 use std::marker::PhantomData;

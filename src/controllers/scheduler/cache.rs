@@ -53,6 +53,7 @@ impl Cache {
         self.nodes.values().filter(|n| n.object.is_some())
     }
 
+    #[cfg(test)]
     pub fn node(&self, name: &str) -> Option<&NodeInfo> {
         self.nodes.get(name).filter(|n| n.object.is_some())
     }

@@ -28,16 +28,16 @@
 //! Not built: preemption (the message reports what upstream's dry run finds, see
 //! [`framework`]), the volume plugins, ImageLocality, extenders and other profiles.
 
-pub mod cache;
-pub mod framework;
-pub mod hints;
-pub mod node;
-pub mod plugins;
-pub mod pod;
-pub mod quantity;
-pub mod queue;
-pub mod resources;
-pub mod terms;
+pub(crate) mod cache;
+pub(crate) mod framework;
+pub(crate) mod hints;
+pub(crate) mod node;
+pub(crate) mod plugins;
+pub(crate) mod pod;
+pub(crate) mod quantity;
+pub(crate) mod queue;
+pub(crate) mod resources;
+pub(crate) mod terms;
 
 #[cfg(test)]
 mod testing;

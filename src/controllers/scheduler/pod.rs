@@ -39,14 +39,6 @@ impl PodInfo {
         PodInfo { object, spec }
     }
 
-    /// The same parsed spec with a newer version of the object (a status-only change).
-    pub fn with_object(&self, object: ObjectRef) -> PodInfo {
-        PodInfo {
-            object,
-            spec: self.spec.clone(),
-        }
-    }
-
     pub fn namespace(&self) -> &str {
         &self.object.key.namespace
     }
@@ -464,6 +456,7 @@ impl PodSpec {
         }
     }
 
+    #[cfg(test)]
     /// Whether this scheduler is the pod's (`default-scheduler`, or none named).
     pub fn is_ours(&self) -> bool {
         self.scheduler_name.is_empty() || self.scheduler_name == DEFAULT_SCHEDULER

@@ -91,14 +91,7 @@ impl SchedulingQueue {
         SchedulingQueue::default()
     }
 
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
+    #[cfg(test)]
     /// Whether a pod is ready to be taken.
     pub fn has_active(&self) -> bool {
         !self.active.is_empty()

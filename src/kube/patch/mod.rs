@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::resources::ResourceInfo;
 
-pub mod apply;
+pub(crate) mod apply;
 mod json_patch;
 mod merge_patch;
 mod strategic;

@@ -40,7 +40,7 @@
 
 mod error;
 mod flush;
-pub mod format;
+pub(crate) mod format;
 mod preallocate;
 mod reader;
 mod recovery;

@@ -16,7 +16,9 @@ use crate::api::request::ApiRequest;
 use crate::api::status::ApiError;
 use crate::kube::object::ObjectRef;
 
-/// What is being admitted.
+/// What is being admitted. The one plugin so far reads only creates; the stored object and
+/// the new version are here for the plugins that check updates and deletions.
+#[expect(dead_code, reason = "read by plugins that check updates and deletions")]
 pub enum Operation<'a> {
     /// A new object, before its name is generated and its metadata set.
     Create { object: &'a mut Value },

@@ -17,13 +17,13 @@
 //! built: the volume plugins (PersistentVolumeClaims are not bound by anything here),
 //! `ImageLocality` (nodes report no images) and DynamicResources.
 
-pub mod inter_pod_affinity;
-pub mod node_affinity;
-pub mod node_basics;
-pub mod node_ports;
-pub mod node_resources;
-pub mod taint_toleration;
-pub mod topology_spread;
+pub(crate) mod inter_pod_affinity;
+pub(crate) mod node_affinity;
+pub(crate) mod node_basics;
+pub(crate) mod node_ports;
+pub(crate) mod node_resources;
+pub(crate) mod taint_toleration;
+pub(crate) mod topology_spread;
 
 use super::hints::{self, Hints};
 

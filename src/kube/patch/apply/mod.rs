@@ -34,7 +34,7 @@ mod merge;
 
 use serde_json::Value;
 
-pub use self::fieldset::{path_string, FieldSet, FieldsV1Error, PathElement};
+pub use self::fieldset::{path_string, FieldSet, PathElement};
 pub use self::managed::{manager_or_user_agent, read_entries, Entry, Operation};
 pub use self::merge::TypeError;
 use self::merge::Typed;
