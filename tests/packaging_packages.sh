@@ -45,6 +45,17 @@ check "lintian clean" lintian --fail-on error,warning "$bin" "$srv"
 
 c=$(dpkg-deb -c "$bin")
 check "litek8s ships /usr/bin/litek8s" has "$c" ' ./usr/bin/litek8s$'
+# The packaged binary is a release build without the `failpoints` feature: no fail point's
+# name or variable may be in it (src/failpoints.rs).
+bin_tmp=$(mktemp -d)
+dpkg-deb -x "$bin" "$bin_tmp"
+check "the release binary has no fail points" sh -c "! strings '$bin_tmp/usr/bin/litek8s' | grep -qi -e failpoint -e write_delay -e lose_propose_reply -e 'bootstrap::delay'"
+# ...and the same grep finds them in the test build (cargo test --features failpoints), so the
+# check above can fail.
+if [ -x "$here/target/debug/litek8s" ]; then
+    check "the test build has its fail points" sh -c "strings '$here/target/debug/litek8s' | grep -q lose_propose_reply"
+fi
+rm -rf "$bin_tmp"
 c=$(dpkg-deb -c "$srv")
 check "server ships the unit" has "$c" ' ./\(usr/\)\{0,1\}lib/systemd/system/litek8s-server.service$'
 check "server ships the hook" has "$c" ' ./usr/lib/litek8s/litek8s-server-prestart$'
