@@ -2,7 +2,8 @@
 //! is written and expired by the Event TTL controller, after which the server is idle again
 //! (its memory is printed: the watch history keeps the last 10,000 events by design); garbage
 //! in objects the controllers read (a selector that does not parse, an object owning itself)
-//! costs no crash and no hot loop.
+//! costs no crash and no hot loop; a Deployment whose pods fit no node leaves them Pending with
+//! kube-scheduler's reason and is not retried until a node with room arrives.
 
 mod support;
 
@@ -197,4 +198,166 @@ fn garbage_the_controllers_read_is_retried_with_backoff() {
         "{}",
         server.logs()
     );
+}
+
+/// The FailedScheduling events' total count in `default` (each event's `count`, as the event
+/// recorder aggregates repeats).
+async fn failed_scheduling_count(api: &support::Api) -> u64 {
+    let events = api
+        .get("/api/v1/namespaces/default/events?fieldSelector=reason%3DFailedScheduling")
+        .await
+        .expect("events");
+    events.json()["items"]
+        .as_array()
+        .map(|items| items.iter().map(|e| e["count"].as_u64().unwrap_or(1)).sum())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_deployment_that_can_never_schedule_waits_without_a_hot_loop() {
+    let server = Server::start(&[]);
+    let pid = server.pid().expect("running");
+    let rt = support::runtime();
+    let api = server.api();
+    rt.block_on(async {
+        for i in 0..3 {
+            let name = format!("n{i}");
+            let resp = api
+                .post_json(
+                    "/api/v1/nodes",
+                    &json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}),
+                )
+                .await
+                .expect("node");
+            assert_eq!(resp.status, 201, "{}", resp.text());
+            let resp = api
+                .request(
+                    "PATCH",
+                    &format!("/api/v1/nodes/{name}/status"),
+                    Some("application/merge-patch+json"),
+                    serde_json::to_vec(&json!({"status": {
+                        "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                        "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}))
+                    .unwrap(),
+                )
+                .await
+                .expect("node status");
+            assert_eq!(resp.status, 200, "{}", resp.text());
+        }
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "huge"},
+            "spec": {"replicas": 5, "selector": {"matchLabels": {"app": "huge"}},
+                     "template": {"metadata": {"labels": {"app": "huge"}},
+                                  "spec": {"containers": [{"name": "c", "image": "busybox",
+                                      "resources": {"requests": {"cpu": "1000"}}}]}}}});
+        let resp = api
+            .post_json("/apis/apps/v1/namespaces/default/deployments", &deployment)
+            .await
+            .expect("deployment");
+        assert_eq!(resp.status, 201, "{}", resp.text());
+        // Every pod is told why, in kube-scheduler's words.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let pods = api
+                .get("/api/v1/namespaces/default/pods?labelSelector=app%3Dhuge")
+                .await
+                .expect("pods")
+                .json();
+            let items = pods["items"].as_array().cloned().unwrap_or_default();
+            let told = items
+                .iter()
+                .filter(|p| {
+                    p["status"]["conditions"].as_array().is_some_and(|c| {
+                        c.iter().any(|c| {
+                            c["type"] == "PodScheduled"
+                                && c["status"] == "False"
+                                && c["reason"] == "Unschedulable"
+                                && c["message"].as_str().is_some_and(|m| {
+                                    m.starts_with("0/3 nodes are available: 3 Insufficient cpu.")
+                                })
+                        })
+                    })
+                })
+                .count();
+            if items.len() == 5 && told == 5 {
+                assert!(items.iter().all(|p| p["spec"]["nodeName"].is_null()));
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pods not all marked unschedulable: {}",
+                serde_json::to_string_pretty(&items).unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    // Nothing changes in the cluster: the scheduler does not try again and again (kube-scheduler
+    // retries unschedulable pods on a cluster change that may help, or after 5 minutes), the
+    // Deployment controller does not make more pods.
+    std::thread::sleep(Duration::from_secs(2));
+    let before = rt.block_on(failed_scheduling_count(&api));
+    let (cpu0, t0) = (cpu_ticks(pid), Instant::now());
+    std::thread::sleep(Duration::from_secs(5));
+    let busy = (cpu_ticks(pid) - cpu0) as f64 / 100.0 / t0.elapsed().as_secs_f64();
+    let after = rt.block_on(failed_scheduling_count(&api));
+    eprintln!(
+        "FailedScheduling attempts {before} → {after} over 5 s; CPU {:.1}%",
+        busy * 100.0
+    );
+    assert!(before >= 5, "every pod got a FailedScheduling event");
+    assert_eq!(after, before, "the scheduler retries without a cause");
+    assert!(
+        busy < 0.5,
+        "a loop spins on unschedulable pods: {busy:.2} cores"
+    );
+    rt.block_on(async {
+        let pods = api
+            .get("/api/v1/namespaces/default/pods?labelSelector=app%3Dhuge")
+            .await
+            .expect("pods")
+            .json();
+        assert_eq!(pods["items"].as_array().map(Vec::len), Some(5), "no extra pods");
+        // A node with room arrives: the pods are retried at once and placed.
+        let resp = api
+            .post_json(
+                "/api/v1/nodes",
+                &json!({"metadata": {"name": "big", "labels": {"kubernetes.io/hostname": "big"}}}),
+            )
+            .await
+            .expect("node");
+        assert_eq!(resp.status, 201);
+        let resp = api
+            .request(
+                "PATCH",
+                "/api/v1/nodes/big/status",
+                Some("application/merge-patch+json"),
+                serde_json::to_vec(&json!({"status": {
+                    "capacity": {"cpu": "10000", "memory": "64Gi", "pods": "110"},
+                    "allocatable": {"cpu": "10000", "memory": "64Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}))
+                .unwrap(),
+            )
+            .await
+            .expect("node status");
+        assert_eq!(resp.status, 200);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let pods = api
+                .get("/api/v1/namespaces/default/pods?labelSelector=app%3Dhuge")
+                .await
+                .expect("pods")
+                .json();
+            let bound = pods["items"]
+                .as_array()
+                .map(|i| i.iter().filter(|p| p["spec"]["nodeName"] == "big").count())
+                .unwrap_or(0);
+            if bound == 5 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "pods not placed on the new node");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    assert!(server.logs().find("panicked").is_none());
 }
