@@ -6,12 +6,45 @@
 
 use std::collections::BTreeSet;
 
+use openraft::error::{ClientWriteError, RaftError};
 use openraft::ChangeMembers;
 
 use super::member::Member;
 use super::node::ClusterNode;
 use super::protocol::{MemberView, MembersReply};
 use crate::raft::types::NodeId;
+
+/// Why a membership change did not happen. A caller acts on [`MembershipError::NotLeader`]
+/// (the joiner or `server remove` asks the new leader); the others are refusals to report.
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    #[error("no member named {0:?}")]
+    NoSuchMember(String),
+    #[error(
+        "{0} leads the cluster; stop it (or run the removal on another server after a new leader is elected)"
+    )]
+    RemovingLeader(String),
+    #[error("{action}: this server stopped leading during the change")]
+    NotLeader { action: String },
+    #[error("{action}: {reason}")]
+    Raft { action: String, reason: String },
+}
+
+impl MembershipError {
+    fn of(
+        action: String,
+        e: RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>,
+    ) -> Self {
+        if e.forward_to_leader::<openraft::BasicNode>().is_some() {
+            MembershipError::NotLeader { action }
+        } else {
+            MembershipError::Raft {
+                action,
+                reason: e.to_string(),
+            }
+        }
+    }
+}
 
 fn members_of(node: &ClusterNode) -> Vec<(NodeId, Member, bool)> {
     let metrics = node.metrics();
@@ -62,7 +95,7 @@ pub fn view(node: &ClusterNode) -> MembersReply {
 
 /// Admits `member` as node `id`: replaces a stale identity under the same name or address,
 /// adds it as a learner (returns once it caught up), then promotes voters per the policy.
-pub async fn admit(node: &ClusterNode, id: NodeId, member: Member) -> Result<(), String> {
+pub async fn admit(node: &ClusterNode, id: NodeId, member: Member) -> Result<(), MembershipError> {
     for (old_id, old, _) in members_of(node) {
         if old_id != id && (old.name == member.name || old.raft == member.raft) {
             tracing::info!(name = %old.name, old_id, new_id = id, "replacing the old identity of a returning server");
@@ -73,14 +106,14 @@ pub async fn admit(node: &ClusterNode, id: NodeId, member: Member) -> Result<(),
         node.raft
             .add_learner(id, member.to_node(), true)
             .await
-            .map_err(|e| format!("adding {} as a learner: {e}", member.name))?;
+            .map_err(|e| MembershipError::of(format!("adding {} as a learner", member.name), e))?;
         tracing::info!(name = %member.name, id, "learner caught up");
     }
     promote(node).await
 }
 
 /// Promotes learners while that keeps the voter count on the path 1 → 2 → 3 → 5.
-async fn promote(node: &ClusterNode) -> Result<(), String> {
+async fn promote(node: &ClusterNode) -> Result<(), MembershipError> {
     loop {
         let members = members_of(node);
         let voters = members.iter().filter(|m| m.2).count();
@@ -98,26 +131,24 @@ async fn promote(node: &ClusterNode) -> Result<(), String> {
         node.raft
             .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
             .await
-            .map_err(|e| format!("promoting node {id}: {e}"))?;
+            .map_err(|e| MembershipError::of(format!("promoting node {id}"), e))?;
         tracing::info!(id, "promoted to voter");
     }
 }
 
 /// Removes the member named `name`.
-pub async fn remove(node: &ClusterNode, name: &str) -> Result<(), String> {
+pub async fn remove(node: &ClusterNode, name: &str) -> Result<(), MembershipError> {
     let Some((id, _, _)) = members_of(node).into_iter().find(|m| m.1.name == name) else {
-        return Err(format!("no member named {name:?}"));
+        return Err(MembershipError::NoSuchMember(name.to_string()));
     };
     if id == node.id {
-        return Err(format!(
-            "{name} leads the cluster; stop it (or run the removal on another server after a new leader is elected)"
-        ));
+        return Err(MembershipError::RemovingLeader(name.to_string()));
     }
     remove_id(node, id).await?;
     promote(node).await
 }
 
-async fn remove_id(node: &ClusterNode, id: NodeId) -> Result<(), String> {
+async fn remove_id(node: &ClusterNode, id: NodeId) -> Result<(), MembershipError> {
     let is_voter = members_of(node).iter().any(|m| m.0 == id && m.2);
     let change = if is_voter {
         ChangeMembers::RemoveVoters(BTreeSet::from([id]))
@@ -127,7 +158,28 @@ async fn remove_id(node: &ClusterNode, id: NodeId) -> Result<(), String> {
     node.raft
         .change_membership(change, false)
         .await
-        .map_err(|e| format!("removing node {id}: {e}"))?;
+        .map_err(|e| MembershipError::of(format!("removing node {id}"), e))?;
     tracing::info!(id, "member removed");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::error::{ClientWriteError, Fatal, ForwardToLeader, RaftError};
+
+    use super::MembershipError;
+
+    #[test]
+    fn a_change_that_lost_leadership_is_told_apart_from_a_refusal() {
+        let moved =
+            RaftError::APIError(ClientWriteError::ForwardToLeader(ForwardToLeader::empty()));
+        assert!(matches!(
+            MembershipError::of("promoting node 2".into(), moved),
+            MembershipError::NotLeader { .. }
+        ));
+        let stopped = RaftError::Fatal(Fatal::Stopped);
+        let refused = MembershipError::of("promoting node 2".into(), stopped);
+        assert!(matches!(refused, MembershipError::Raft { .. }));
+        assert!(refused.to_string().starts_with("promoting node 2: "));
+    }
 }

@@ -246,14 +246,17 @@ fn addressed_to(node: &ClusterNode, req: &Request<Incoming>) -> bool {
 async fn leader_only<F, Fut>(node: &ClusterNode, change: F) -> MembershipReply
 where
     F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
+    Fut: std::future::Future<Output = Result<(), membership::MembershipError>>,
 {
     if node.leadership() != Leadership::Me {
         return MembershipReply::NotLeader;
     }
     match change().await {
         Ok(()) => MembershipReply::Done(membership::view(node)),
-        Err(reason) => MembershipReply::Refused(reason),
+        // Leadership moved mid-change: the caller asks the new leader, as for a request that
+        // arrived at a follower.
+        Err(membership::MembershipError::NotLeader { .. }) => MembershipReply::NotLeader,
+        Err(refused) => MembershipReply::Refused(refused.to_string()),
     }
 }
 
