@@ -299,7 +299,10 @@ async fn an_agent_restart_finds_the_volumes_as_they_were() {
         cache.join("kept").exists(),
         "the tmpfs was not mounted again over itself"
     );
-    assert_eq!(mounts::mount_points_under(&cache).unwrap(), vec![cache.clone()]);
+    assert_eq!(
+        mounts::mount_points_under(&cache).unwrap(),
+        vec![cache.clone()]
+    );
     teardown(&lab.settings.pods_dir, "uid-1").unwrap();
 }
 
