@@ -234,6 +234,16 @@ impl Capture {
     }
 }
 
+impl Drop for Capture {
+    /// A capture given up (the command timed out) stops reading: a process left in the
+    /// background could hold the pipe open for ever.
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
