@@ -13,6 +13,7 @@
 //!   `kube-node-lease` heartbeat (`node::lease`), and the watch that reads back its uid and
 //!   `spec.podCIDR`.
 //! - [`images`]: pulling, importing and storing container images, root filesystems.
+//! - [`pods`]: what running a pod needs: its containers' environment, its volumes, probes.
 //! - [`run`]: the assembly, sd_notify, shutdown.
 //! - [`runtime`]: runc or crun under conmon: detection, OCI `config.json`, container
 //!   lifecycle, state on disk adopted after an agent restart.
@@ -23,6 +24,7 @@ pub mod api;
 pub mod images;
 pub mod join;
 pub(crate) mod node;
+pub mod pods;
 pub(crate) mod run;
 pub mod runtime;
 pub mod sandbox;

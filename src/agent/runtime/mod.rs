@@ -14,6 +14,7 @@
 //! - `spec` + `oci`: the container description and the `config.json` built from it.
 //! - `conmon`: launching the monitor and reading the runtime's verdict on create.
 //! - `command`: `start`, `kill`, `delete`, `state` on the runtime's command line.
+//! - `exec`: a command run in a running container ([`Runtime::exec`]), for probes and hooks.
 //! - `container`: the record on disk and the state derived from it.
 //! - `layout`: where all of it lives; `logs`: reading the CRI log files.
 //! - `pleg`: the 1 s relist that turns state changes into per-pod events.
@@ -23,6 +24,7 @@ mod conmon;
 mod container;
 pub mod detect;
 mod error;
+mod exec;
 mod layout;
 pub mod logs;
 pub(crate) mod oci;
@@ -39,6 +41,7 @@ use parking_lot::Mutex;
 pub use container::{ContainerState, ContainerStatus, START_ERROR_EXIT_CODE};
 pub use detect::{RuntimeInfo, RuntimeKind};
 pub use error::RuntimeError;
+pub use exec::{ExecOutput, MAX_EXEC_OUTPUT};
 pub use layout::Layout;
 pub use spec::{
     CapabilityChanges, ContainerConfig, NamespaceMode, PodRef, PodSandbox, Propagation,
