@@ -1,6 +1,6 @@
 //! How the client's connections are secured: not at all (health checks and the join's CA
 //! fetch), TLS pinned to one CA (everything that carries a secret), or TLS that accepts any
-//! certificate (only the balancer's `--https-check`). Between litek8s processes nothing
+//! certificate (the balancer's `--https-check` and the agent's HTTPS probes). Between litek8s processes nothing
 //! trusts the system's root certificates: a litek8s cluster has its own CA and nothing else to
 //! trust. Container registries are the one exception: they live outside the cluster, so the
 //! node agent verifies them against the system's CA bundle ([`TlsConfig::public_roots`]).
@@ -120,9 +120,11 @@ impl TlsConfig {
     }
 
     /// Accepts any server certificate (signatures are still checked, so the handshake itself
-    /// is sound). Only for the load balancer's `--https-check`: it trusts nothing it reads
+    /// is sound). For the load balancer's `--https-check`, which trusts nothing it reads
     /// beyond "this address answers /readyz with 200" and a list of addresses to check, and
-    /// passes client bytes untouched, so the client still verifies the server it reaches.
+    /// passes client bytes untouched, so the client still verifies the server it reaches; and
+    /// for the agent's HTTPS probes, which skip verification as kubelet's do (a probe reads a
+    /// status code, and pods serve self-signed certificates).
     /// Never send a secret over such a connection.
     pub fn unverified() -> Result<TlsConfig, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
