@@ -41,6 +41,7 @@ pub(crate) mod endpoints;
 pub(crate) mod event_ttl;
 pub mod events;
 pub(crate) mod garbage_collector;
+pub(crate) mod history;
 pub mod informer;
 pub(crate) mod job;
 pub(crate) mod leader_lease;
