@@ -37,6 +37,7 @@ use super::queue::WorkQueue;
 use super::replicaset::{ReplicaSets, ReplicationControllers};
 use super::root_ca::RootCaPublisher;
 use super::service_account::ServiceAccounts;
+use super::statefulset::StatefulSets;
 use super::taint_eviction::TaintEviction;
 use super::ttl_after_finished::TtlAfterFinished;
 use super::worker::{self, Controller};
@@ -132,6 +133,7 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<ReplicaSets>(builder),
         launch::<ReplicationControllers>(builder),
         launch::<Deployments>(builder),
+        launch::<StatefulSets>(builder),
         launch::<Jobs>(builder),
         launch::<CronJobs>(builder),
         launch::<TtlAfterFinished>(builder),
