@@ -26,9 +26,10 @@
 //!
 //! As for ReplicaSets, a reconcile reads the store, which holds every write of the previous
 //! reconciles of the set, so no pod is created twice and upstream's expectations are not
-//! needed. Differences from upstream: the alpha `maxUnavailable` of a rolling update is not
-//! read (one pod at a time); a set being deleted is left alone (upstream keeps writing its
-//! status); a claimed pod whose volumes no longer match the claim templates is not updated (a
+//! needed. `rollingUpdate.maxUnavailable` is read when it is set (upstream reads it only behind
+//! the `MaxUnavailableStatefulSet` feature gate, alpha in 1.33); without it a rolling update
+//! replaces one pod at a time, as upstream does with the gate off. Differences from upstream:
+//! a claimed pod whose volumes no longer match the claim templates is not updated (a
 //! pod's volumes cannot change; upstream's update fails and retries forever), only its missing
 //! claims are created; a pod this set controls whose name is not one of the set's is ignored
 //! rather than released.
@@ -47,6 +48,7 @@ use chrono::Utc;
 use serde_json::{Map, Value};
 
 use super::claim::{self, Candidate, RefManager, CONTROLLER_UID_INDEX};
+use super::deployment::fenceposts;
 use super::events::{EventRecorder, Involved};
 use super::history::{self, Revision};
 use super::informer::{Change, Informers, InformersBuilder, KindCache, ObjectName};
@@ -76,8 +78,13 @@ fn claims_info() -> &'static ResourceInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
     /// Deleted from the highest ordinal down to `partition` (absent without a
-    /// `rollingUpdate`), one at a time.
-    RollingUpdate { partition: Option<i64> },
+    /// `rollingUpdate`): one at a time, each replacement available before the next goes, or,
+    /// with `maxUnavailable` (resolved against `replicas`, at least 1), as many at once as
+    /// keep at most that many of the set's pods unavailable.
+    RollingUpdate {
+        partition: Option<i64>,
+        max_unavailable: Option<i64>,
+    },
     /// Only pods someone deleted are made again, from the update revision.
     OnDelete,
 }
@@ -120,12 +127,27 @@ impl Set {
             .unwrap_or("RollingUpdate")
         {
             "OnDelete" => Strategy::OnDelete,
-            "RollingUpdate" => Strategy::RollingUpdate {
-                partition: value
+            "RollingUpdate" => {
+                let rolling = value
                     .pointer("/spec/updateStrategy/rollingUpdate")
-                    .filter(|r| r.is_object())
-                    .map(|r| r.get("partition").and_then(Value::as_i64).unwrap_or(0)),
-            },
+                    .filter(|r| r.is_object());
+                let replicas = int("/spec/replicas").unwrap_or(1).max(0);
+                let max_unavailable = match rolling.and_then(|r| r.get("maxUnavailable")) {
+                    None | Some(Value::Null) => None,
+                    // Rounded down, as upstream's getStatefulSetMaxUnavailable, and never
+                    // below one (a small percentage would otherwise stop the rollout).
+                    some => Some(
+                        fenceposts::scaled_value(some, replicas, false)
+                            .map_err(|e| format!("spec.updateStrategy.rollingUpdate: {e}"))?
+                            .max(1),
+                    ),
+                };
+                Strategy::RollingUpdate {
+                    partition: rolling
+                        .map(|r| r.get("partition").and_then(Value::as_i64).unwrap_or(0)),
+                    max_unavailable,
+                }
+            }
             other => return Err(format!("unexpected update strategy type: {other}")),
         };
         Ok(Set {
@@ -358,11 +380,11 @@ impl StatefulSets {
         let Some(stored) = snapshot.get(&key).cloned() else {
             return Ok(Outcome::Done);
         };
-        if stored.is_deleting() {
-            return Ok(Outcome::Done);
-        }
         let set = Set::parse(stored)
             .map_err(|e| ReconcileError::Invalid(format!("statefulset {name}: {e}")))?;
+        if set.stored.is_deleting() {
+            return self.sync_deleting(&set, &snapshot).await;
+        }
         let mut revisions = history::claim(
             &self.client,
             &snapshot,
@@ -408,6 +430,30 @@ impl StatefulSets {
                 None => Outcome::Done,
             },
         )
+    }
+
+    /// A set being deleted makes no pods, claims or revisions; its status keeps counting the
+    /// pods the garbage collector has yet to delete (a foreground deletion waits for them).
+    async fn sync_deleting(
+        &self,
+        set: &Set,
+        snapshot: &StoreSnapshot,
+    ) -> Result<Outcome, ReconcileError> {
+        // A deleted owner adopts and releases nothing, so this claim writes nothing.
+        let pods = self.claim_pods(set, snapshot).await?;
+        let mut status = SetStatus {
+            observed_generation: set.generation,
+            ..set.status.clone()
+        };
+        status.count(
+            pods.iter().map(|p| &p.value),
+            set.min_ready_seconds,
+            Utc::now(),
+        );
+        if status.differs_from(&set.status) {
+            self.write_status(set, &status).await?;
+        }
+        Ok(Outcome::Done)
     }
 
     /// The set's pods: members by name that its selector matches, after adoption and release.

@@ -55,12 +55,14 @@ impl SetStatus {
     pub fn to_value(&self) -> Value {
         let mut status = Map::new();
         status.insert("observedGeneration".into(), json!(self.observed_generation));
+        // `replicas` and `availableReplicas` are written even when zero (no omitempty in the
+        // API's types), the other counts only when set.
         status.insert("replicas".into(), json!(self.replicas));
+        status.insert("availableReplicas".into(), json!(self.available_replicas));
         for (field, value) in [
             ("readyReplicas", self.ready_replicas),
             ("currentReplicas", self.current_replicas),
             ("updatedReplicas", self.updated_replicas),
-            ("availableReplicas", self.available_replicas),
         ] {
             if value != 0 {
                 status.insert(field.into(), json!(value));

@@ -529,7 +529,7 @@ async fn min_ready_seconds_holds_the_next_pod_until_the_previous_is_available() 
         Outcome::Done => panic!("no requeue while a pod is waiting to become available"),
     }
     assert_eq!(w.status("slow", "readyReplicas"), 1);
-    assert!(w.status("slow", "availableReplicas").is_null());
+    assert_eq!(w.status("slow", "availableReplicas"), 0);
     w.env
         .make_ready(NS, "slow-0", Duration::from_secs(31))
         .await;
@@ -570,4 +570,71 @@ async fn orphans_are_adopted_and_foreign_names_ignored() {
     assert_eq!(label(&adopted, POD_NAME_LABEL), "web-0");
     assert_eq!(label(&adopted, POD_INDEX_LABEL), "0");
     assert!(objects::controller_ref(&env.get(info("", "pods"), NS, "stranger")).is_none());
+}
+
+#[tokio::test]
+async fn max_unavailable_replaces_that_many_pods_at_once_from_the_top() {
+    let mut w = World::new(set(
+        "mu",
+        4,
+        json!({"updateStrategy": {"type": "RollingUpdate",
+            "rollingUpdate": {"partition": 0, "maxUnavailable": "50%"}}}),
+    ))
+    .await;
+    w.settle("mu", 12).await;
+    w.patch_set(
+        "mu",
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:2"}]}}}}),
+    )
+    .await;
+    w.reconcile("mu").await;
+    let mut deleting = w.deleting();
+    deleting.sort();
+    assert_eq!(deleting, ["mu-2", "mu-3"], "50% of 4, the highest first");
+    assert_eq!(w.status("mu", "currentReplicas"), 2);
+    // While the two replacements are not Ready, nothing more goes.
+    w.ready = false;
+    w.kubelet().await;
+    w.reconcile("mu").await;
+    w.reconcile("mu").await;
+    assert!(w.deleting().is_empty());
+    assert_eq!(w.live(), ["mu-0", "mu-1", "mu-2"], "made in order");
+    w.ready = true;
+    w.settle("mu", 12).await;
+    let update = w.status("mu", "updateRevision");
+    assert!(w
+        .pods()
+        .iter()
+        .all(|p| label(p, REVISION_HASH) == update.as_str().unwrap()));
+    assert_eq!(w.status("mu", "currentRevision"), update);
+    assert_eq!(w.status("mu", "updatedReplicas"), 4);
+}
+
+#[tokio::test]
+async fn a_set_being_deleted_makes_nothing_and_keeps_counting_its_pods() {
+    let w = World::new(set("gone", 2, json!({}))).await;
+    w.settle("gone", 8).await;
+    let foreground = DeleteOptions {
+        propagation: Some("Foreground"),
+        ..DeleteOptions::default()
+    };
+    w.env
+        .admin
+        .delete(stateful_sets(), NS, "gone", &foreground)
+        .await
+        .unwrap();
+    assert!(objects::is_deleting(&w.set("gone")));
+    let now = DeleteOptions {
+        grace_period_seconds: Some(0),
+        ..DeleteOptions::default()
+    };
+    w.env
+        .admin
+        .delete(info("", "pods"), NS, "gone-1", &now)
+        .await
+        .unwrap();
+    w.reconcile("gone").await;
+    assert_eq!(w.live(), ["gone-0"], "no pod made again");
+    assert_eq!(w.status("gone", "replicas"), 1);
+    assert_eq!(w.status("gone", "readyReplicas"), 1);
 }

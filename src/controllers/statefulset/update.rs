@@ -53,11 +53,12 @@ impl Pass<'_> {
     fn versioned(&self, ordinal: i64) -> (&Value, &Revision) {
         let set = self.set;
         let keep_current = match set.strategy {
-            Strategy::RollingUpdate { partition: None } => {
-                ordinal < set.start + set.status.current_replicas
-            }
+            Strategy::RollingUpdate {
+                partition: None, ..
+            } => ordinal < set.start + set.status.current_replicas,
             Strategy::RollingUpdate {
                 partition: Some(partition),
+                ..
             } => ordinal < set.start + partition,
             Strategy::OnDelete => false,
         };
@@ -154,7 +155,7 @@ impl StatefulSets {
                 condemned.push((pod, ordinal));
             }
         }
-        condemned.sort_by(|a, b| b.1.cmp(&a.1));
+        condemned.sort_by_key(|c| std::cmp::Reverse(c.1));
         // The first pod not available, in the order pods are made: below it nothing is
         // deleted by an ordered set except that pod itself. A missing pod is unavailable and
         // is none of the condemned.
@@ -214,10 +215,19 @@ impl StatefulSets {
             return Ok(());
         }
 
-        let Strategy::RollingUpdate { partition } = set.strategy else {
+        let Strategy::RollingUpdate {
+            partition,
+            max_unavailable,
+        } = set.strategy
+        else {
             return Ok(());
         };
         let update_min = partition.unwrap_or(0).max(0) as usize;
+        if let Some(max_unavailable) = max_unavailable {
+            return self
+                .delete_up_to(pass, &replicas, update_min, max_unavailable, status)
+                .await;
+        }
         for slot in replicas.iter().skip(update_min).rev() {
             let Slot::Pod(pod, _) = slot else {
                 // Made in this pass: not available yet.
@@ -231,6 +241,42 @@ impl StatefulSets {
             }
             if pass.unavailable(value) {
                 return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// A rolling update with `maxUnavailable` (upstream's
+    /// `updateStatefulSetAfterInvariantEstablished`): while fewer than `max_unavailable` of the
+    /// set's pods are unavailable (a pod made in this pass is), the highest pods at or above the
+    /// partition that are not at the update revision are deleted, as many as keep it so.
+    async fn delete_up_to(
+        &self,
+        pass: &Pass<'_>,
+        replicas: &[Slot<'_>],
+        update_min: usize,
+        max_unavailable: i64,
+        status: &mut SetStatus,
+    ) -> Result<(), ReconcileError> {
+        let unavailable = replicas
+            .iter()
+            .filter(|slot| match slot {
+                Slot::Missing(_) => true,
+                Slot::Pod(pod, _) => pass.unavailable(&pod.value),
+            })
+            .count() as i64;
+        let mut budget = max_unavailable - unavailable;
+        for slot in replicas.iter().skip(update_min).rev() {
+            if budget <= 0 {
+                break;
+            }
+            let Slot::Pod(pod, _) = slot else {
+                continue;
+            };
+            if pods::revision(&pod.value) != pass.update.name && !pods::terminating(&pod.value) {
+                self.delete_pod(pass.set, pod).await?;
+                status.current_replicas -= 1;
+                budget -= 1;
             }
         }
         Ok(())
