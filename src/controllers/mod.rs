@@ -20,7 +20,8 @@
 //!   (PodDisruptionBudget status), [`namespace`] (deleted namespaces emptied),
 //!   [`garbage_collector`] (owner references and propagation policies), [`replicaset`]
 //!   (ReplicaSets and ReplicationControllers), [`deployment`]
-//!   (Deployments), [`statefulset`] (StatefulSets); [`taints`]: taints and tolerations.
+//!   (Deployments), [`statefulset`] (StatefulSets), [`daemonset`] (DaemonSets); [`taints`]:
+//!   taints and tolerations.
 //! - [`claim`]: adopting and releasing objects by selector and controller reference;
 //!   [`pod_control`]: pods from templates, with events and slow-start batches;
 //!   [`template`]: pod template hashes and comparison; [`history`]: ControllerRevisions.
@@ -35,6 +36,7 @@
 pub(crate) mod bootstrap;
 pub(crate) mod claim;
 pub(crate) mod cronjob;
+pub(crate) mod daemonset;
 pub(crate) mod deployment;
 pub(crate) mod disruption;
 pub(crate) mod endpoints;

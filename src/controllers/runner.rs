@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::bootstrap::{self, ApiServers};
 use super::cronjob::CronJobs;
+use super::daemonset::DaemonSets;
 use super::deployment::Deployments;
 use super::disruption::Disruption;
 use super::endpoints::Endpoints;
@@ -134,6 +135,7 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<ReplicationControllers>(builder),
         launch::<Deployments>(builder),
         launch::<StatefulSets>(builder),
+        launch::<DaemonSets>(builder),
         launch::<Jobs>(builder),
         launch::<CronJobs>(builder),
         launch::<TtlAfterFinished>(builder),
