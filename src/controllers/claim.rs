@@ -106,7 +106,6 @@ impl Candidate {
         Candidate { object, value }
     }
 
-    #[cfg(test)]
     pub fn name(&self) -> &str {
         &self.object.key.name
     }

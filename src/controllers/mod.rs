@@ -20,10 +20,11 @@
 //!   (PodDisruptionBudget status), [`namespace`] (deleted namespaces emptied),
 //!   [`garbage_collector`] (owner references and propagation policies), [`replicaset`]
 //!   (ReplicaSets and ReplicationControllers), [`deployment`]
-//!   (Deployments); [`taints`]: taints and tolerations.
+//!   (Deployments), [`statefulset`] (StatefulSets), [`daemonset`] (DaemonSets); [`taints`]:
+//!   taints and tolerations.
 //! - [`claim`]: adopting and releasing objects by selector and controller reference;
 //!   [`pod_control`]: pods from templates, with events and slow-start batches;
-//!   [`template`]: pod template hashes and comparison.
+//!   [`template`]: pod template hashes and comparison; [`history`]: ControllerRevisions.
 //! - [`job`]: Jobs run their pods to completion; [`cronjob`]: CronJobs make Jobs on a
 //!   schedule; [`ttl_after_finished`]: finished Jobs with a TTL are deleted.
 //! - [`scheduler`]: kube-scheduler's job — a node for every pending pod, bound through
@@ -35,12 +36,14 @@
 pub(crate) mod bootstrap;
 pub(crate) mod claim;
 pub(crate) mod cronjob;
+pub(crate) mod daemonset;
 pub(crate) mod deployment;
 pub(crate) mod disruption;
 pub(crate) mod endpoints;
 pub(crate) mod event_ttl;
 pub mod events;
 pub(crate) mod garbage_collector;
+pub(crate) mod history;
 pub mod informer;
 pub(crate) mod job;
 pub(crate) mod leader_lease;
@@ -56,6 +59,7 @@ pub(crate) mod root_ca;
 pub(crate) mod runner;
 pub mod scheduler;
 pub(crate) mod service_account;
+pub(crate) mod statefulset;
 pub(crate) mod taint_eviction;
 pub(crate) mod taints;
 pub(crate) mod template;

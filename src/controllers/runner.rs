@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::bootstrap::{self, ApiServers};
 use super::cronjob::CronJobs;
+use super::daemonset::DaemonSets;
 use super::deployment::Deployments;
 use super::disruption::Disruption;
 use super::endpoints::Endpoints;
@@ -37,6 +38,7 @@ use super::queue::WorkQueue;
 use super::replicaset::{ReplicaSets, ReplicationControllers};
 use super::root_ca::RootCaPublisher;
 use super::service_account::ServiceAccounts;
+use super::statefulset::StatefulSets;
 use super::taint_eviction::TaintEviction;
 use super::ttl_after_finished::TtlAfterFinished;
 use super::worker::{self, Controller};
@@ -132,6 +134,8 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<ReplicaSets>(builder),
         launch::<ReplicationControllers>(builder),
         launch::<Deployments>(builder),
+        launch::<StatefulSets>(builder),
+        launch::<DaemonSets>(builder),
         launch::<Jobs>(builder),
         launch::<CronJobs>(builder),
         launch::<TtlAfterFinished>(builder),

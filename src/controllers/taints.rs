@@ -154,7 +154,6 @@ fn toleration(t: &Value) -> Toleration {
     }
 }
 
-#[cfg(test)]
 /// Whether some toleration tolerates `taint`.
 pub fn tolerated(tolerations: &[Toleration], taint: &Taint) -> bool {
     tolerations.iter().any(|t| t.tolerates(taint))
