@@ -13,6 +13,10 @@ CONTROL=
 KUBELET_PID=
 CLUSTER_PIDS=()
 CLUSTER_NAMES=()
+# Per member (same index): its API port and the arguments it was started with, so that a
+# member a scenario killed can be started again on its data directory (revive_killed).
+CLUSTER_PORTS=()
+CLUSTER_ARGS=()
 
 controllers_env_cleanup() {
     [ -n "$KUBELET_PID" ] && kill "$KUBELET_PID" 2>/dev/null
@@ -51,10 +55,12 @@ controllers_env_start() {
         export LITEK8S_RAFT_HEARTBEAT_MS=100
         local p1 p2
         p1=$(free_port)
-        "$(litek8s_bin)" apiserver --data-dir "$WORK/lk1" --listen "127.0.0.1:$p1" \
-            --raft-port "$(free_port)" --name lk1 --cluster-init "${common[@]}" >>"$WORK/lk1.log" 2>&1 </dev/null &
+        CLUSTER_ARGS+=("--data-dir $WORK/lk1 --listen 127.0.0.1:$p1 --raft-port $(free_port) --name lk1 ${common[*]}")
+        # shellcheck disable=SC2086
+        "$(litek8s_bin)" apiserver ${CLUSTER_ARGS[0]} --cluster-init >>"$WORK/lk1.log" 2>&1 </dev/null &
         CLUSTER_PIDS+=($!)
         CLUSTER_NAMES+=(lk1)
+        CLUSTER_PORTS+=("$p1")
         if ! wait_ready "$p1" 60; then
             sed 's/^/    | /' "$WORK/lk1.log" | tail -40
             fail "$T first server starts"
@@ -64,11 +70,13 @@ controllers_env_start() {
         export LITEK8S_TOKEN
         LITEK8S_TOKEN=$(cat "$WORK/lk1/join-token")
         p2=$(free_port)
-        "$(litek8s_bin)" apiserver --data-dir "$WORK/lk2" --listen "127.0.0.1:$p2" \
-            --raft-port "$(free_port)" --name lk2 --server "https://127.0.0.1:$p1" "${common[@]}" \
+        CLUSTER_ARGS+=("--data-dir $WORK/lk2 --listen 127.0.0.1:$p2 --raft-port $(free_port) --name lk2 ${common[*]}")
+        # shellcheck disable=SC2086
+        "$(litek8s_bin)" apiserver ${CLUSTER_ARGS[1]} --server "https://127.0.0.1:$p1" \
             >>"$WORK/lk2.log" 2>&1 </dev/null &
         CLUSTER_PIDS+=($!)
         CLUSTER_NAMES+=(lk2)
+        CLUSTER_PORTS+=("$p2")
         wait_ready "$p2" 60 || true
         extra+=(--raft-port "$(free_port)" --server "https://127.0.0.1:$p1")
     fi
@@ -81,6 +89,8 @@ controllers_env_start() {
     # start_server names the server `test`; in a cluster it is the third member.
     CLUSTER_PIDS+=("$SERVER_PID")
     CLUSTER_NAMES+=(test)
+    CLUSTER_PORTS+=("$PORT")
+    CLUSTER_ARGS+=("--data-dir $WORK/lk3 --listen 127.0.0.1:$PORT --name test ${extra[*]}")
     KC=$WORK/lk3/kubeconfig.yaml
     pass "$T server starts"
     start_kubelet
@@ -124,6 +134,8 @@ run_scenario() {
     # shellcheck disable=SC1090
     source "$HERE/scenarios/$name.sh"
     k delete namespace "$NS" --wait=false >/dev/null 2>&1 || true
+    [ "$HA" = 1 ] && revive_killed
+    return 0
 }
 
 # wait_until NAME SECONDS CMD...: passes once CMD succeeds, fails after SECONDS (a hang guard).
@@ -166,23 +178,51 @@ leader_name() {
     jq_of lease kube-controller-manager -n kube-system -- '.spec.holderIdentity' | cut -d_ -f1
 }
 
-# kill_leader: SIGKILL the server that leads (HA only); prints its name. kubectl and the fake
-# kubelet use the third server: when it is the leader, they use lk1 from then on.
+# kill_leader: SIGKILL the server that leads (HA only); prints its name. When kubectl and the
+# fake kubelet were using it, they move to a live member. run_scenario starts killed members
+# again after each scenario (revive_killed), so every scenario begins with three.
 kill_leader() {
-    local leader i
+    local leader i j url
     leader=$(leader_name)
     for i in "${!CLUSTER_NAMES[@]}"; do
         if [ "${CLUSTER_NAMES[$i]}" = "$leader" ]; then
             kill -9 "${CLUSTER_PIDS[$i]}"
-            if [ "$leader" = test ]; then
-                SERVER_PID=
-                sed -i "s#https://127.0.0.1:$PORT#$(grep -o 'https://127.0.0.1:[0-9]*' "$WORK/lk1/kubeconfig.yaml")#" "$KC"
-                kill "$KUBELET_PID" 2>/dev/null
-                start_kubelet >/dev/null
+            [ "$leader" = test ] && SERVER_PID=
+            if grep -q "https://127.0.0.1:${CLUSTER_PORTS[$i]}\$" "$KC" ||
+                grep -q "https://127.0.0.1:${CLUSTER_PORTS[$i]}\"" "$KC"; then
+                for j in "${!CLUSTER_NAMES[@]}"; do
+                    [ "$j" = "$i" ] && continue
+                    kill -0 "${CLUSTER_PIDS[$j]}" 2>/dev/null || continue
+                    url="https://127.0.0.1:${CLUSTER_PORTS[$j]}"
+                    sed -i "s#https://127.0.0.1:${CLUSTER_PORTS[$i]}#$url#" "$KC"
+                    kill "$KUBELET_PID" 2>/dev/null
+                    start_kubelet >/dev/null
+                    break
+                done
             fi
             echo "$leader"
             return 0
         fi
     done
     return 1
+}
+
+# revive_killed: starts again, on its data directory, every member that is no longer running
+# and waits until it is ready (HA only).
+revive_killed() {
+    local i
+    for i in "${!CLUSTER_NAMES[@]}"; do
+        kill -0 "${CLUSTER_PIDS[$i]}" 2>/dev/null && continue
+        # shellcheck disable=SC2086
+        "$(litek8s_bin)" apiserver ${CLUSTER_ARGS[$i]} \
+            >>"$WORK/${CLUSTER_NAMES[$i]}.revived.log" 2>&1 </dev/null &
+        CLUSTER_PIDS[i]=$!
+        [ "${CLUSTER_NAMES[$i]}" = test ] && SERVER_PID=$!
+        if wait_ready "${CLUSTER_PORTS[$i]}" 60; then
+            pass "$T member ${CLUSTER_NAMES[$i]} started again after the scenario killed it"
+        else
+            fail "$T member ${CLUSTER_NAMES[$i]} started again after the scenario killed it"
+            sed 's/^/    | /' "$WORK/${CLUSTER_NAMES[$i]}.revived.log" | tail -20
+        fi
+    done
 }
