@@ -1,7 +1,8 @@
 //! API server benchmark against the real (release) binary, driven over TLS with the admin
 //! token on keep-alive HTTP/1.1 connections (hyper's client on rustls streams, one connection
 //! per concurrent client). Run through `bench/api.sh`, which builds the release binary and
-//! passes it in `LITEK8S_BIN`.
+//! passes it in `LITEK8S_BIN`. The server runs with `--disable-controller-manager
+//! --disable-scheduler`: this measures the API server alone (bench/CONTROL.md the rest).
 //!
 //! Measures: ConfigMap creates with 1 KiB of data at 1, 16 and 64 connections (throughput,
 //! p50, p99); a list of 10,000 ConfigMaps; the delay from a write to its event at 1,000 open
@@ -164,6 +165,10 @@ async fn create_load(
 }
 
 /// Seconds each patch level runs for, and its connections.
+/// The API server alone, as kube-apiserver's own benchmarks measure it: the controllers and
+/// the scheduler (which would roll out every patched Deployment and try to place every pod)
+/// are off; bench/CONTROL.md measures them.
+const API_ONLY: &[&str] = &["--disable-controller-manager", "--disable-scheduler"];
 const PATCH_SECONDS: u64 = 5;
 const PATCH_CONNS: usize = 16;
 
@@ -377,7 +382,7 @@ async fn fill_pods(api: &Api, ns: &str, n: usize) {
 /// A list of `TABLE_PODS` pods as a Table (kubectl's Accept header): median of 5.
 /// A fresh server filled with exactly 10,000 ConfigMaps, and its RSS a second later.
 fn rss_with_configmaps(rt: &tokio::runtime::Runtime) -> (Server, Row) {
-    let server = Server::start(&[]);
+    let server = Server::start(API_ONLY);
     let api = server.api();
     rt.block_on(async {
         ensure_namespace(&api, "bench-list").await;
@@ -610,7 +615,7 @@ fn main() {
         return;
     }
     if std::env::var("API_BENCH_ONLY").as_deref() == Ok("pod-table") {
-        let server = Server::start(&[]);
+        let server = Server::start(API_ONLY);
         let api = server.api();
         let r = rt.block_on(pod_table_list(&api));
         println!(
@@ -621,7 +626,7 @@ fn main() {
     }
 
     // --- idle RSS, creates, list, RSS with 10,000 ConfigMaps
-    let server = Server::start(&[]);
+    let server = Server::start(API_ONLY);
     let pid = server.pid().expect("pid");
     std::thread::sleep(Duration::from_secs(1));
     let idle = rss_kib(pid).unwrap_or(0);
@@ -766,7 +771,7 @@ fn main() {
     drop(server);
 
     // --- restart with 100,000 mutations in the WAL
-    let mut server = Server::start(&[]);
+    let mut server = Server::start(API_ONLY);
     let api = server.api();
     let t = Instant::now();
     rt.block_on(async {

@@ -1,6 +1,7 @@
 //! The leader-gated runner on a single server (always the leader): the control plane's
 //! leader Leases held and renewed as client-go does, the bootstrap objects written through
-//! the API pipeline, and a controller acting on a namespace created with kubectl.
+//! the API pipeline, and a controller acting on a namespace created with kubectl; with
+//! `--disable-controller-manager --disable-scheduler`, none of that but the API server's own.
 
 mod support;
 
@@ -183,4 +184,49 @@ fn every_namespace_gets_the_root_ca_and_events_expire_after_the_ttl() {
             .is_none()
             .then_some(())
     });
+}
+
+#[test]
+fn disabled_controller_manager_and_scheduler_leave_the_objects_alone() {
+    let server = Server::start(&["--disable-controller-manager", "--disable-scheduler"]);
+    // The API server's own objects are still kept (its identity Lease, the kubernetes Service).
+    eventually(Duration::from_secs(10), || {
+        get_json(&server, &["service", "kubernetes", "-n", "default"])
+    });
+    let apply = |yaml: &str| {
+        let path = server.data_dir.join("object.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        let out = server.kubectl(&["apply", "-f", path.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    apply(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\n\
+         spec:\n  replicas: 1\n  selector: {matchLabels: {app: web}}\n  template:\n    \
+         metadata: {labels: {app: web}}\n    spec: {containers: [{name: c, image: busybox}]}\n",
+    );
+    apply(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: lone, namespace: default}\n\
+         spec: {containers: [{name: c, image: busybox}]}\n",
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let replicasets = get_json(&server, &["replicasets", "-n", "default"]).unwrap();
+    assert_eq!(
+        replicasets["items"],
+        Value::Array(vec![]),
+        "no controller ran"
+    );
+    let pod = get_json(&server, &["pod", "lone", "-n", "default"]).unwrap();
+    assert!(pod["spec"]["nodeName"].is_null(), "no scheduler ran");
+    assert!(pod["status"]["conditions"].is_null(), "{pod}");
+    for lease in ["kube-controller-manager", "kube-scheduler"] {
+        assert!(
+            get_json(&server, &["lease", "-n", "kube-system", lease]).is_none(),
+            "{lease} Lease held while disabled"
+        );
+    }
+    assert!(get_json(&server, &["serviceaccount", "default", "-n", "default"]).is_none());
 }

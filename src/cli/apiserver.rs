@@ -87,6 +87,16 @@ pub struct ApiserverArgs {
     /// Terminated pods kept before the oldest are deleted (0: keep all).
     #[arg(long, value_name = "N", default_value_t = 12_500)]
     pub terminated_pod_gc_threshold: usize,
+
+    /// Do not run the controllers (k3s's flag): for clusters whose own kube-controller-manager
+    /// holds the kube-system Lease, and to measure the API server alone.
+    #[arg(long)]
+    pub disable_controller_manager: bool,
+
+    /// Do not run the scheduler (k3s's flag): pods stay Pending unless another scheduler, or
+    /// the pod's own spec.nodeName, places them.
+    #[arg(long)]
+    pub disable_scheduler: bool,
 }
 
 /// Parses a Go duration (`1h`, `30m`, `1h30m10s`, `500ms`), as kube-apiserver's flags take.
@@ -159,6 +169,8 @@ impl ApiserverArgs {
             node_monitor_grace_period: self.node_monitor_grace_period,
             terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
             cluster_cidr: self.cluster_cidr,
+            run_controller_manager: !self.disable_controller_manager,
+            run_scheduler: !self.disable_scheduler,
             cluster: ClusterFlags {
                 init: self.cluster_init,
                 server: self.server,

@@ -101,6 +101,12 @@ pub struct ControllerSettings {
     pub terminated_pod_gc_threshold: usize,
     /// The pods' address range (`--cluster-cidr`, default 10.42.0.0/16), a /24 per node.
     pub cluster_cidr: node_ipam::ClusterCidr,
+    /// Whether the session runs the controllers and holds kube-controller-manager's Lease
+    /// (`--disable-controller-manager` turns it off).
+    pub run_controller_manager: bool,
+    /// Whether the session runs the scheduler and holds kube-scheduler's Lease
+    /// (`--disable-scheduler` turns it off).
+    pub run_scheduler: bool,
 }
 
 /// An in-process session for controller tests: a real store, objects.wal and API pipeline,
@@ -141,6 +147,8 @@ pub mod testing {
             terminated_pod_gc_threshold: 12_500,
             cluster_cidr: super::node_ipam::ClusterCidr::parse("10.42.0.0/16")
                 .expect("a valid CIDR"),
+            run_controller_manager: true,
+            run_scheduler: true,
         }
     }
 

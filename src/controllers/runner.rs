@@ -117,8 +117,24 @@ fn launch<C: Controller>(builder: &mut InformersBuilder) -> Launch {
     })
 }
 
-/// Every controller the runner starts, registered with `builder`.
-fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
+/// Every controller the runner starts, registered with `builder`: kube-controller-manager's
+/// and the scheduler, each unless its `--disable-…` flag is given.
+fn controllers(
+    builder: &mut InformersBuilder,
+    settings: &super::ControllerSettings,
+) -> Vec<Launch> {
+    let mut launches = Vec::new();
+    if settings.run_controller_manager {
+        launches.extend(controller_manager(builder));
+    }
+    if settings.run_scheduler {
+        launches.push(scheduler::launch(builder));
+    }
+    launches
+}
+
+/// kube-controller-manager's controllers.
+fn controller_manager(builder: &mut InformersBuilder) -> Vec<Launch> {
     vec![
         launch::<ServiceAccounts>(builder),
         launch::<RootCaPublisher>(builder),
@@ -139,7 +155,6 @@ fn controllers(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<Jobs>(builder),
         launch::<CronJobs>(builder),
         launch::<TtlAfterFinished>(builder),
-        scheduler::launch(builder),
     ]
 }
 
@@ -169,18 +184,22 @@ fn start_session(
         settings: settings.clone(),
         stop: stop.clone(),
     };
-    tokio::spawn(leader_lease::hold(
-        shared.controller_manager.clone(),
-        "kube-controller-manager",
-        identity.to_string(),
-        stop.clone(),
-    ));
-    tokio::spawn(leader_lease::hold(
-        shared.scheduler.clone(),
-        "kube-scheduler",
-        identity.to_string(),
-        stop.clone(),
-    ));
+    if settings.run_controller_manager {
+        tokio::spawn(leader_lease::hold(
+            shared.controller_manager.clone(),
+            "kube-controller-manager",
+            identity.to_string(),
+            stop.clone(),
+        ));
+    }
+    if settings.run_scheduler {
+        tokio::spawn(leader_lease::hold(
+            shared.scheduler.clone(),
+            "kube-scheduler",
+            identity.to_string(),
+            stop.clone(),
+        ));
+    }
     tokio::spawn(keep_bootstrap_objects(
         shared.apiserver.clone(),
         inputs.api_servers.clone(),
@@ -188,7 +207,7 @@ fn start_session(
         stop.clone(),
     ));
     let mut builder = InformersBuilder::new();
-    let launches = controllers(&mut builder);
+    let launches = controllers(&mut builder, settings);
     let informers = Arc::new(builder.start(inputs.ctx.store.clone()));
     {
         let (informers, stop) = (informers.clone(), stop.clone());

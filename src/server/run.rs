@@ -211,6 +211,8 @@ pub async fn run_until(
                 node_monitor_grace_period: settings.node_monitor_grace_period,
                 terminated_pod_gc_threshold: settings.terminated_pod_gc_threshold,
                 cluster_cidr: settings.cluster_cidr,
+                run_controller_manager: settings.run_controller_manager,
+                run_scheduler: settings.run_scheduler,
                 ca_cert_pem: pki.ca_cert_pem.clone(),
             },
         },

@@ -35,6 +35,10 @@ pub struct ServerSettings {
     pub terminated_pod_gc_threshold: usize,
     /// `--cluster-cidr`: the pods' address range.
     pub cluster_cidr: crate::controllers::node_ipam::ClusterCidr,
+    /// Whether the leader runs the controllers (`--disable-controller-manager` turns it off).
+    pub run_controller_manager: bool,
+    /// Whether the leader runs the scheduler (`--disable-scheduler` turns it off).
+    pub run_scheduler: bool,
     /// HA cluster flags (all unset: a single server).
     pub cluster: ClusterFlags,
 }
