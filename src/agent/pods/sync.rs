@@ -172,6 +172,14 @@ impl Worker {
             return (next.0, self.report(false).await);
         }
         let instances = self.instances();
+        // Containers that ended on their own: their probes end too.
+        for s in &instances {
+            if matches!(s.state, ContainerState::Exited | ContainerState::Unknown)
+                && self.probed.remove(&s.id)
+            {
+                self.ctx.prober.container_stopped(&s.id);
+            }
+        }
         if self.init_containers(&instances, &mut next).await {
             self.app_containers(&instances, &mut next).await;
         }
@@ -443,6 +451,7 @@ impl Worker {
             {
                 self.ctx.prober.container_stopped(&s.id);
                 self.messages.remove(&s.id);
+                self.messages_read.remove(&s.id);
                 if let Err(e) = self.ctx.runtime.remove(&s.id).await {
                     tracing::warn!(component = "pods", pod = %self.name(), container = %name, "removing an old run: {e}");
                 }
