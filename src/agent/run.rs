@@ -437,8 +437,9 @@ async fn report(
             .or_else(|| api.servers().active())
             .unwrap_or_else(|| "none".into());
         let is_ready = *ready.borrow_and_update();
-        let pods_text = match running.as_mut() {
-            Some(r) => format!("; {} pod(s) running", *r.borrow_and_update()),
+        let pods_text = match running.as_mut().map(|r| *r.borrow_and_update()) {
+            Some(1) => "; 1 pod running".to_string(),
+            Some(n) => format!("; {n} pods running"),
             None => "; pods cannot run".to_string(),
         };
         let text = format!(
