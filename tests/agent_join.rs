@@ -363,7 +363,10 @@ fn the_agent_tells_systemd_when_its_node_is_ready() {
         .unwrap();
     assert_eq!(
         status,
-        &format!("STATUS=node n1 Ready; server {}", server.addr)
+        &format!(
+            "STATUS=node n1 Ready; server {}; 0 pods running",
+            server.addr
+        )
     );
     assert!(
         lines.iter().any(|l| l == "STATUS=registering node n1"),

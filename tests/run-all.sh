@@ -89,8 +89,8 @@ command -v cargo >/dev/null || {
     echo "0 passed, 1 failed"
     exit 1
 }
-# The container runtime tests (tests/agent_runtime.rs): an OCI runtime, conmon, the CNI
-# plugins, a static busybox for the test root filesystem, ip.
+# The container runtime and pod tests (tests/agent_runtime.rs, tests/agent_pods.rs): an OCI
+# runtime, conmon, the CNI plugins, a static busybox for the test root filesystem, ip.
 command -v runc >/dev/null || command -v crun >/dev/null || missing+=(runc)
 command -v conmon >/dev/null || missing+=(conmon)
 [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)

@@ -13,7 +13,8 @@
 //!   `kube-node-lease` heartbeat (`node::lease`), and the watch that reads back its uid and
 //!   `spec.podCIDR`.
 //! - [`images`]: pulling, importing and storing container images, root filesystems.
-//! - [`pods`]: what running a pod needs: its containers' environment, its volumes, probes.
+//! - [`pods`]: the pod workers: the pods bound to this node run, restarted, stopped and
+//!   reported as kubelet does; their containers' environment, volumes and probes.
 //! - [`run`]: the assembly, sd_notify, shutdown.
 //! - [`runtime`]: runc or crun under conmon: detection, OCI `config.json`, container
 //!   lifecycle, state on disk adopted after an agent restart.

@@ -1,10 +1,14 @@
 //! Assembly of `litek8s agent`, in order: the node directory (0700), the server list (the
 //! `--server` and `servers.json`), the node's credential (stored, or a join), the API client
 //! and the server list's health checks and discovery, the Node's registration (retried until
-//! a server takes it), then the Node's watch, Lease and status loops. `READY=1` once the Node
-//! is registered and Ready; `STATUS=` names the server in use; `WATCHDOG=1` while the Lease
-//! loop makes progress. SIGTERM or SIGINT: `STOPPING=1`, the loops stop, exit 0; what runs on
-//! the node is left running (a restart or an upgrade of the agent does not touch it).
+//! a server takes it), then the Node's watch, Lease and status loops, and the pods: the
+//! container runtime (detected before registering, so the Node reports it from the start),
+//! the containers adopted from the last run, the image store and its air-gap directory
+//! (imported before any pod starts), sandboxes on the node's podCIDR, the pod workers.
+//! `READY=1` once the Node is registered and Ready; `STATUS=` names the server in use and
+//! the pods running; `WATCHDOG=1` while the Lease loop makes progress. SIGTERM or SIGINT:
+//! `STOPPING=1`, the loops stop, exit 0; what runs on the node is left running (a restart or
+//! an upgrade of the agent does not touch it).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,11 +18,15 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::api::ApiClient;
+use super::images::{ImageSettings, Images};
 use super::join::{self, JoinError};
 use super::node::lease::LeaseRenewer;
 use super::node::machine::{Machine, Sources};
 use super::node::status::{NodeSpecifics, RuntimeInfo};
 use super::node::{watch_node, NodeReporter, NodeState};
+use super::pods::{self, PodCounts, PodsDeps, PodsSettings};
+use super::runtime::{self, Runtime, RuntimeKind, RuntimeSettings};
+use super::sandbox::{SandboxSettings, Sandboxes};
 use super::settings::{AgentSettings, RuntimeChoice};
 use crate::failover::{discovery, health, Failover, StateFile};
 use crate::http_client::{TlsError, Transport};
@@ -27,6 +35,8 @@ use crate::systemd::watchdog::{self, Heartbeat};
 
 /// How often the server list is asked of a server besides every change of server.
 const DISCOVERY_INTERVAL: Duration = Duration::from_secs(30);
+/// How often image GC looks at the disk (kubelet's).
+const IMAGE_GC_INTERVAL: Duration = Duration::from_secs(300);
 
 /// Why the agent stopped before it could run.
 #[derive(Debug, thiserror::Error)]
@@ -63,16 +73,165 @@ fn prepare_node_dir(dir: &Path) -> Result<(), AgentError> {
     Ok(())
 }
 
-/// The container runtime as the Node reports it. Which runtime runs containers, its version
-/// and whether it works here are the runtime module's to detect (`agent::runtime`); this
-/// names the `--runtime` choice, with version `unknown` until that detection reports one.
-fn runtime_info(choice: RuntimeChoice) -> RuntimeInfo {
-    RuntimeInfo {
-        name: match choice {
-            RuntimeChoice::Detect => "oci".to_string(),
-            other => other.name().to_string(),
+/// The container runtime as the Node reports it: the detected one, or (when none can run
+/// containers here) the `--runtime` choice with version `unknown`.
+fn runtime_info(
+    choice: RuntimeChoice,
+    detected: &Result<runtime::RuntimeInfo, String>,
+) -> RuntimeInfo {
+    match detected {
+        Ok(info) => RuntimeInfo {
+            name: info.kind.to_string(),
+            version: info.version.clone(),
+            note: info.limits_message(),
         },
-        version: "unknown".to_string(),
+        Err(_) => RuntimeInfo {
+            name: match choice {
+                RuntimeChoice::Detect => "oci".to_string(),
+                other => other.name().to_string(),
+            },
+            version: "unknown".to_string(),
+            note: None,
+        },
+    }
+}
+
+/// Which runtime runs containers here (blocking: runs `--version`).
+async fn detect_runtime(choice: RuntimeChoice) -> Result<runtime::RuntimeInfo, String> {
+    let forced = match choice {
+        RuntimeChoice::Detect => None,
+        RuntimeChoice::Runc => Some(RuntimeKind::Runc),
+        RuntimeChoice::Crun => Some(RuntimeKind::Crun),
+    };
+    match tokio::task::spawn_blocking(move || runtime::detect::detect(forced)).await {
+        Ok(Ok(info)) => Ok(info),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(format!("detecting the container runtime: {e}")),
+    }
+}
+
+/// Everything that runs pods, started in order (module doc).
+async fn start_pods(
+    settings: &AgentSettings,
+    api: &ApiClient,
+    info: runtime::RuntimeInfo,
+    state: &NodeState,
+    memory: u64,
+    counts: PodCounts,
+    stop: &CancellationToken,
+) -> Result<(), String> {
+    let runtime = Runtime::new(
+        info,
+        RuntimeSettings::new(&settings.node_dir, &settings.log_dir),
+    )
+    .map_err(|e| format!("the container runtime: {e}"))?;
+    let runtime = Arc::new(runtime);
+    let adopted = runtime
+        .adopt()
+        .await
+        .map_err(|e| format!("reading the containers of the last run: {e}"))?;
+    for (dir, why) in &adopted.skipped {
+        tracing::warn!(
+            component = "runtime",
+            "{}: left alone: {why}",
+            dir.display()
+        );
+    }
+    if adopted.adopted > 0 {
+        tracing::info!(
+            component = "runtime",
+            "adopted {} container(s) of the last run",
+            adopted.adopted
+        );
+    }
+
+    let mut image_settings = ImageSettings::new(&settings.node_dir);
+    image_settings.registry.insecure = settings.insecure_registries.clone();
+    let images = tokio::task::spawn_blocking(move || Images::open(image_settings))
+        .await
+        .map_err(|e| format!("the image store: {e}"))?
+        .map_err(|e| format!("the image store: {e}"))?;
+    let images = Arc::new(images);
+    let (scanned, first_scan) = tokio::sync::oneshot::channel();
+    tokio::spawn(super::images::watch::watch_signalling(
+        images.clone(),
+        stop.clone(),
+        Some(scanned),
+    ));
+    let _ = first_scan.await;
+    tokio::spawn(collect_images(
+        images.clone(),
+        runtime.clone(),
+        stop.clone(),
+    ));
+
+    let mut sandbox_settings = SandboxSettings::new(&settings.node_dir);
+    sandbox_settings.cni.bridge = settings.cni_bridge.clone();
+    let sandboxes = Arc::new(Sandboxes::new(
+        sandbox_settings,
+        state.pod_cidr.borrow().clone(),
+    ));
+    tokio::spawn(follow_pod_cidr(
+        sandboxes.clone(),
+        state.pod_cidr.subscribe(),
+        stop.clone(),
+    ));
+
+    let mut pods_settings = PodsSettings::new(&settings.node_name, settings.node_ip);
+    pods_settings.memory_capacity = memory;
+    pods::start(
+        PodsDeps {
+            api: api.clone(),
+            runtime,
+            images,
+            sandboxes,
+            settings: pods_settings,
+        },
+        counts,
+        stop.clone(),
+    );
+    Ok(())
+}
+
+/// Keeps the sandboxes' pod network on the node's `spec.podCIDR`.
+async fn follow_pod_cidr(
+    sandboxes: Arc<Sandboxes>,
+    mut cidr: watch::Receiver<Option<String>>,
+    stop: CancellationToken,
+) {
+    loop {
+        sandboxes.set_pod_cidr(cidr.borrow_and_update().clone());
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            changed = cidr.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// Image GC every [`IMAGE_GC_INTERVAL`], the images of every container kept.
+async fn collect_images(images: Arc<Images>, runtime: Arc<Runtime>, stop: CancellationToken) {
+    use pods::containers::annotations;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(IMAGE_GC_INTERVAL) => {}
+        }
+        let in_use = runtime
+            .list()
+            .into_iter()
+            .filter_map(|s| s.annotations.get(annotations::IMAGE).cloned())
+            .collect();
+        match images.collect_garbage(&in_use).await {
+            Ok(report) if !report.removed.is_empty() => {
+                tracing::info!(
+                    component = "images",
+                    "image GC removed {}",
+                    report.removed.join(", ")
+                )
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(component = "images", "image GC: {e}"),
+        }
     }
 }
 
@@ -145,9 +304,16 @@ pub async fn run_until(
         stop.clone(),
     ));
 
-    // The runtime keeps this: why pods cannot run here (`None`: they can). Ready follows it.
-    let runtime_problem = watch::Sender::new(None::<String>);
+    notifier.status("detecting the container runtime");
+    let detected = detect_runtime(settings.runtime).await;
+    if let Err(e) = &detected {
+        tracing::error!(component = "runtime", "no pods can run here: {e}");
+    }
+    // Why pods cannot run here (`None`: they can). Ready follows it.
+    let runtime_problem = Arc::new(watch::Sender::new(detected.as_ref().err().cloned()));
     let state = NodeState::default();
+    let machine = Machine::read(&Sources::default(), &settings.node_dir);
+    let memory = machine.memory_bytes;
     let reporter = NodeReporter {
         api: api.clone(),
         node: NodeSpecifics {
@@ -157,9 +323,9 @@ pub async fn run_until(
             taints: settings.taints.clone(),
             reserved: settings.system_reserved,
             eviction: settings.eviction_hard,
-            runtime: runtime_info(settings.runtime),
+            runtime: runtime_info(settings.runtime, &detected),
         },
-        machine: Machine::read(&Sources::default(), &settings.node_dir),
+        machine,
         sources: Sources::default(),
         node_dir: settings.node_dir.clone(),
         update_every: settings.status_update_frequency,
@@ -211,7 +377,35 @@ pub async fn run_until(
         .run(state.uid.subscribe(), heartbeat, stop.clone()),
     );
     tasks.spawn(reporter.run(registered, stop.clone()));
-    report(&settings.node_name, &api, &state, &notifier, stop.clone()).await;
+    // Started apart: an air-gap import at start must not hold back READY=1.
+    let pods = detected.ok().map(|info| {
+        let counts = PodCounts::default();
+        let (settings, api, state, counts2, stop) = (
+            settings.clone(),
+            api.clone(),
+            state.clone(),
+            counts.clone(),
+            stop.clone(),
+        );
+        let problem = runtime_problem.clone();
+        tokio::spawn(async move {
+            if let Err(e) = start_pods(&settings, &api, info, &state, memory, counts2, &stop).await
+            {
+                tracing::error!(component = "pods", "no pods can run here: {e}");
+                problem.send_replace(Some(e));
+            }
+        });
+        counts
+    });
+    report(
+        &settings.node_name,
+        &api,
+        &state,
+        pods.as_ref(),
+        &notifier,
+        stop.clone(),
+    )
+    .await;
     // The loops end at `stop`; their requests in flight are not waited for long.
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         while tasks.join_next().await.is_some() {}
@@ -222,15 +416,18 @@ pub async fn run_until(
 }
 
 /// Keeps systemd informed until `stop`: `READY=1` the first time the Node is Ready, and
-/// `STATUS=` with its readiness and the server in use whenever either changes.
+/// `STATUS=` with its readiness, the server in use and the pods running whenever one
+/// changes.
 async fn report(
     node: &str,
     api: &ApiClient,
     state: &NodeState,
+    pods: Option<&PodCounts>,
     notifier: &Notifier,
     stop: CancellationToken,
 ) {
     let mut ready = state.ready.subscribe();
+    let mut running = pods.map(PodCounts::running);
     let mut announced_ready = false;
     let mut last_status = String::new();
     let mut ticks = tokio::time::interval(Duration::from_secs(1));
@@ -240,8 +437,13 @@ async fn report(
             .or_else(|| api.servers().active())
             .unwrap_or_else(|| "none".into());
         let is_ready = *ready.borrow_and_update();
+        let pods_text = match running.as_mut().map(|r| *r.borrow_and_update()) {
+            Some(1) => "; 1 pod running".to_string(),
+            Some(n) => format!("; {n} pods running"),
+            None => "; pods cannot run".to_string(),
+        };
         let text = format!(
-            "node {node} {}; server {server}",
+            "node {node} {}; server {server}{pods_text}",
             if is_ready { "Ready" } else { "NotReady" }
         );
         if is_ready && !announced_ready {

@@ -41,7 +41,16 @@ pub struct AgentFlags {
     pub node_lease_duration_seconds: u64,
     pub node_status_update_frequency: Duration,
     pub node_status_report_frequency: Duration,
+    /// `--log-dir`: where container logs go (`<node-dir>/logs` when not given).
+    pub log_dir: Option<PathBuf>,
+    /// `--insecure-registry`: registries spoken to in plain HTTP.
+    pub insecure_registries: Vec<String>,
+    /// `--cni-bridge`: the bridge of the generated pod network.
+    pub cni_bridge: Option<String>,
 }
+
+/// The bridge the generated pod network uses unless `--cni-bridge` names another.
+pub const DEFAULT_CNI_BRIDGE: &str = "litek8s0";
 
 /// The OCI runtime the agent runs containers with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +147,12 @@ pub struct AgentSettings {
     /// How often the status is written even when nothing changed.
     pub status_report_frequency: Duration,
     pub server_check_interval: Duration,
+    /// Container logs, kubelet's layout below it (`<ns>_<pod>_<uid>/<container>/<n>.log`).
+    pub log_dir: PathBuf,
+    /// Registries (`host` or `host:port`) spoken to in plain HTTP.
+    pub insecure_registries: Vec<String>,
+    /// The Linux bridge of the generated pod network.
+    pub cni_bridge: String,
 }
 
 impl std::fmt::Debug for AgentSettings {
@@ -189,6 +204,12 @@ pub enum SettingsError {
     Eviction { given: String, reason: String },
     #[error("{0}")]
     Interval(String),
+    #[error(
+        "--cni-bridge {0:?}: a network interface name (1 to 15 letters, digits, '-', '_' or '.')"
+    )]
+    Bridge(String),
+    #[error("--insecure-registry {0:?}: expected HOST or HOST:PORT")]
+    Registry(String),
 }
 
 impl AgentSettings {
@@ -278,9 +299,34 @@ impl AgentSettings {
                 "--node-status-update-frequency must be positive and at most --node-status-report-frequency".into(),
             ));
         }
+        let cni_bridge = flags
+            .cni_bridge
+            .clone()
+            .unwrap_or_else(|| DEFAULT_CNI_BRIDGE.to_string());
+        let bridge_ok = (1..=15).contains(&cni_bridge.len())
+            && cni_bridge
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            && cni_bridge != "."
+            && cni_bridge != "..";
+        if !bridge_ok {
+            return Err(SettingsError::Bridge(cni_bridge));
+        }
+        for registry in &flags.insecure_registries {
+            let r = registry.trim();
+            if r.is_empty() || r.contains(['/', ' ', '@']) {
+                return Err(SettingsError::Registry(registry.clone()));
+            }
+        }
         Ok(AgentSettings {
             server,
             token,
+            log_dir: flags
+                .log_dir
+                .clone()
+                .unwrap_or_else(|| flags.node_dir.join("logs")),
+            insecure_registries: flags.insecure_registries.clone(),
+            cni_bridge,
             node_dir: flags.node_dir,
             node_name,
             node_ip,
@@ -508,6 +554,8 @@ mod tests {
         assert_eq!(s.runtime, RuntimeChoice::Detect);
         assert!(s.token.is_none());
         assert_eq!(s.lease_duration, Duration::from_secs(40));
+        assert_eq!(s.log_dir, PathBuf::from("/tmp/x/logs"));
+        assert_eq!(s.cni_bridge, "litek8s0");
     }
 
     #[test]
@@ -590,6 +638,20 @@ mod tests {
                     ..flags()
                 },
                 "--token-file",
+            ),
+            (
+                AgentFlags {
+                    cni_bridge: Some("a-bridge-name-too-long".into()),
+                    ..flags()
+                },
+                "--cni-bridge",
+            ),
+            (
+                AgentFlags {
+                    insecure_registries: vec!["http://x/".into()],
+                    ..flags()
+                },
+                "--insecure-registry",
             ),
         ];
         for (given, flag) in cases {

@@ -85,6 +85,18 @@ pub struct AgentArgs {
     /// How often the node's status is written even when unchanged, Go duration.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_go_duration)]
     pub node_status_report_frequency: std::time::Duration,
+
+    /// Directory of the containers' logs [default: <node-dir>/logs].
+    #[arg(long, value_name = "DIR")]
+    pub log_dir: Option<PathBuf>,
+
+    /// A registry spoken to in plain HTTP, HOST (any port) or HOST:PORT (repeatable).
+    #[arg(long = "insecure-registry", value_name = "HOST[:PORT]")]
+    pub insecure_registries: Vec<String>,
+
+    /// The Linux bridge of the pod network the agent generates [default: litek8s0].
+    #[arg(long, value_name = "NAME")]
+    pub cni_bridge: Option<String>,
 }
 
 impl AgentArgs {
@@ -106,6 +118,9 @@ impl AgentArgs {
             node_lease_duration_seconds: self.node_lease_duration_seconds,
             node_status_update_frequency: self.node_status_update_frequency,
             node_status_report_frequency: self.node_status_report_frequency,
+            log_dir: self.log_dir,
+            insecure_registries: self.insecure_registries,
+            cni_bridge: self.cni_bridge,
         })?)
     }
 

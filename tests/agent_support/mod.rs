@@ -172,6 +172,11 @@ impl Agent {
         Some(rest.split_whitespace().next()?.to_string())
     }
 
+    /// The running agent's pid.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

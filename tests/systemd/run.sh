@@ -449,7 +449,7 @@ test_agent() {
         sh -c "grep -qx 'LITEK8S_TOKEN=$token' '$adir/etc/litek8s/agent.env' && [ \$(stat -c %a '$adir/etc/litek8s/agent.env') = 600 ]"
     status=$(agent_status "$apid")
     check "agent: status line names the node and the server ($status)" \
-        grep -Eq "^node lk-agent Ready; server $NET_PREFIX.1:6443\$" <<<"$status"
+        grep -Eq "^node lk-agent Ready; server $NET_PREFIX.1:6443; [0-9]+ pods? running\$" <<<"$status"
     check "agent: journal entries COMPONENT=node NODE_NAME=lk-agent" \
         sh -c "nsenter -t $apid -a journalctl -u litek8s-agent -q --no-pager COMPONENT=node NODE_NAME=lk-agent -o cat | grep -q ."
     check "agent: credentials 0600" \

@@ -44,6 +44,16 @@ struct Seen {
 
 /// Watches `images.images_dir()` until `stop`; imports what is there first.
 pub async fn watch(images: Arc<Images>, stop: CancellationToken) {
+    watch_signalling(images, stop, None).await
+}
+
+/// [`watch`], sending on `scanned` once what was there at the start is imported (so pods
+/// that need those images do not try to pull them meanwhile).
+pub async fn watch_signalling(
+    images: Arc<Images>,
+    stop: CancellationToken,
+    scanned: Option<tokio::sync::oneshot::Sender<()>>,
+) {
     let dir = images.images_dir().to_path_buf();
     if let Err(e) = std::fs::create_dir_all(&dir) {
         tracing::error!(
@@ -66,6 +76,9 @@ pub async fn watch(images: Arc<Images>, stop: CancellationToken) {
         }
     };
     importer.scan(&dir).await;
+    if let Some(scanned) = scanned {
+        let _ = scanned.send(());
+    }
     match inotify {
         Some(fd) => loop {
             tokio::select! {

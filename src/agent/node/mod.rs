@@ -111,6 +111,7 @@ impl NodeReporter {
             &sample,
             &self.node.eviction,
             problem.as_deref(),
+            self.node.runtime.note.as_deref(),
             &format_time(Utc::now()),
         );
         status::status(&self.node, &self.machine, conditions)

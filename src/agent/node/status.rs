@@ -40,6 +40,9 @@ pub const KUBELET_VERSION: &str = crate::api::health::KUBERNETES_VERSION;
 pub struct RuntimeInfo {
     pub name: String,
     pub version: String,
+    /// Said in the Ready condition's message while the node is Ready (containers run
+    /// without resource limits here, …).
+    pub note: Option<String>,
 }
 
 /// What identifies this node and what its operator configured.
@@ -139,6 +142,7 @@ fn decide_conditions(
     sample: &Sample,
     eviction: &EvictionHard,
     runtime_problem: Option<&str>,
+    ready_note: Option<&str>,
 ) -> [Condition; 4] {
     let memory = below(
         eviction.memory_available,
@@ -209,7 +213,10 @@ fn decide_conditions(
                 "Ready",
                 true,
                 "KubeletReady",
-                "kubelet is posting ready status".into(),
+                match ready_note {
+                    Some(note) => format!("kubelet is posting ready status; {note}"),
+                    None => "kubelet is posting ready status".into(),
+                },
             ),
             Some(problem) => ("Ready", false, "KubeletNotReady", problem.to_string()),
         },
@@ -217,16 +224,18 @@ fn decide_conditions(
 }
 
 /// The conditions at `now`, keeping each one's `lastTransitionTime` from `previous` (the
-/// Node's current conditions) while its status is unchanged.
+/// Node's current conditions) while its status is unchanged. `ready_note` is added to the
+/// Ready condition's message while the node is Ready.
 pub fn conditions(
     previous: Option<&Value>,
     sample: &Sample,
     eviction: &EvictionHard,
     runtime_problem: Option<&str>,
+    ready_note: Option<&str>,
     now: &str,
 ) -> Value {
     let previous = previous.and_then(Value::as_array);
-    let list: Vec<Value> = decide_conditions(sample, eviction, runtime_problem)
+    let list: Vec<Value> = decide_conditions(sample, eviction, runtime_problem, ready_note)
         .into_iter()
         .map(|(kind, status, reason, message)| {
             let status = if status { "True" } else { "False" };
@@ -356,6 +365,7 @@ mod tests {
             runtime: RuntimeInfo {
                 name: "runc".into(),
                 version: "1.1.5".into(),
+                note: None,
             },
         }
     }
@@ -381,7 +391,14 @@ mod tests {
     fn the_registered_node() {
         let n = node();
         let m = machine();
-        let c = conditions(None, &healthy(), &n.eviction, None, "2026-01-01T00:00:00Z");
+        let c = conditions(
+            None,
+            &healthy(),
+            &n.eviction,
+            None,
+            None,
+            "2026-01-01T00:00:00Z",
+        );
         let object = new_node(&n, &m, status(&n, &m, c));
         let labels = &object["metadata"]["labels"];
         assert_eq!(labels["kubernetes.io/hostname"], "n1");
@@ -432,8 +449,14 @@ mod tests {
             pid_available: Some(Threshold::Percent(10.0)),
             ..EvictionHard::default()
         };
-        let first = conditions(None, &healthy(), &eviction, None, "T1");
-        let same = conditions(Some(&first), &healthy(), &eviction, None, "T2");
+        let first = conditions(None, &healthy(), &eviction, None, None, "T1");
+        let same = conditions(Some(&first), &healthy(), &eviction, None, None, "T2");
+        assert_eq!(first[3]["message"], "kubelet is posting ready status");
+        let noted = conditions(None, &healthy(), &eviction, None, Some("no limits"), "T1");
+        assert_eq!(
+            noted[3]["message"],
+            "kubelet is posting ready status; no limits"
+        );
         assert_eq!(same[3]["lastTransitionTime"], "T1");
         assert_eq!(same[3]["lastHeartbeatTime"], "T2");
         let (n, m) = (node(), machine());
@@ -452,6 +475,7 @@ mod tests {
             &low,
             &eviction,
             Some("container runtime is down"),
+            Some("no limits"),
             "T3",
         );
         for (i, want) in [(0, "True"), (1, "True"), (2, "True"), (3, "False")] {
