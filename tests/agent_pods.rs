@@ -3,7 +3,7 @@
 //! busybox test image imported from `<node-dir>/images/` (or pulled from a `docker-registry`
 //! the test starts). What a user would do (`kubectl run`, a Deployment, deleting a pod,
 //! restarting the agent) and what they would see (phases, reasons, restart counts, exit
-//! codes) through the API.
+//! codes) through the API, volumes, environment and probes included.
 //!
 //! Needs root and the packages tests/run-all.sh installs (runc, conmon,
 //! containernetworking-plugins, busybox-static, iproute2, docker-registry); fails without
@@ -889,4 +889,100 @@ async fn bad_input_shows_on_its_pod_and_leaves_the_others_alone() {
     assert_eq!(container_id(&after, "c"), container_id(&bystander, "c"));
     assert_eq!(container(&after, "c")["restartCount"], 0);
     drop(registry);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_environment_and_probes_on_a_running_pod() {
+    let Some(node) = Node::start(&[]) else { return };
+    let cm = support::configmap("default", "settings", json!({"greeting": "hello"}));
+    let resp = node
+        .api
+        .post_json("/api/v1/namespaces/default/configmaps", &cm)
+        .await
+        .expect("POST");
+    assert_eq!(resp.status, 201, "{}", resp.text());
+    node.create(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "parts"},
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "volumes": [{"name": "cfg", "configMap": {"name": "settings"}}],
+            // The environment from the ConfigMap and the downward API.
+            "initContainers": [{"name": "env", "image": IMAGE,
+                "command": ["sh", "-c", "echo -n \"$GREETING from $POD\" > /dev/termination-log"],
+                "env": [
+                    {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}},
+                    {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+                ]}],
+            "containers": [
+                // Ready once the mounted ConfigMap says "world".
+                {"name": "app", "image": IMAGE,
+                 "command": ["sh", "-c", "while true; do if grep -q world /etc/cfg/greeting; then touch /tmp/ready; else rm -f /tmp/ready; fi; sleep 0.2; done"],
+                 "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"}],
+                 "readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 1}},
+                // Fails its liveness probe 3 s after each start.
+                {"name": "live", "image": IMAGE,
+                 "command": ["sh", "-c", "sleep 3; touch /tmp/die; sleep 3600"],
+                 "livenessProbe": {"exec": {"command": ["sh", "-c", "test ! -e /tmp/die"]},
+                                   "periodSeconds": 1, "failureThreshold": 1}}
+            ]
+        }
+    }))
+    .await;
+    let pod = node
+        .wait_pod("parts", RUNNING_GUARD, |p| {
+            container(p, "app")["state"]["running"].is_object()
+        })
+        .await;
+    let env = &container(&pod, "env")["state"]["terminated"];
+    assert_eq!(env["message"], "hello from parts", "{env}");
+    // Not ready: the mounted file says hello, the readiness probe fails.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pod = node.get("parts").await.expect("pod");
+    assert_eq!(container(&pod, "app")["ready"], false);
+    assert_eq!(condition(&pod, "Ready"), "False");
+
+    // The ConfigMap changes: the running container sees the new file, its probe passes.
+    let changed = Instant::now();
+    let resp = node
+        .api
+        .request(
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/settings",
+            Some("application/merge-patch+json"),
+            bytes::Bytes::from(r#"{"data":{"greeting":"world"}}"#),
+        )
+        .await
+        .expect("PATCH");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let ready = node
+        .wait_pod("parts", Duration::from_secs(30), |p| {
+            container(p, "app")["ready"] == true
+        })
+        .await;
+    eprintln!(
+        "configMap change -> container ready: {:?}",
+        changed.elapsed()
+    );
+    assert_eq!(
+        container(&ready, "app")["restartCount"],
+        0,
+        "updated in place"
+    );
+
+    // The liveness probe kills "live"; it is restarted.
+    let restarted = node
+        .wait_pod("parts", Duration::from_secs(30), |p| {
+            container(p, "live")["restartCount"].as_i64() >= Some(1)
+        })
+        .await;
+    let last = &container(&restarted, "live")["lastState"]["terminated"];
+    assert_eq!(last["exitCode"], 137, "{last}");
+    assert!(
+        node.agent
+            .logs()
+            .contains("Container live failed liveness probe, will be restarted"),
+        "{}",
+        node.agent.logs()
+    );
+    assert_eq!(container(&restarted, "app")["restartCount"], 0);
 }

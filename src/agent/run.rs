@@ -24,6 +24,7 @@ use super::node::lease::LeaseRenewer;
 use super::node::machine::{Machine, Sources};
 use super::node::status::{NodeSpecifics, RuntimeInfo};
 use super::node::{watch_node, NodeReporter, NodeState};
+use super::pods::env::NodeAllocatable;
 use super::pods::{self, PodCounts, PodsDeps, PodsSettings};
 use super::runtime::{self, Runtime, RuntimeKind, RuntimeSettings};
 use super::sandbox::{SandboxSettings, Sandboxes};
@@ -116,7 +117,7 @@ async fn start_pods(
     api: &ApiClient,
     info: runtime::RuntimeInfo,
     state: &NodeState,
-    memory: u64,
+    machine: &Machine,
     counts: PodCounts,
     stop: &CancellationToken,
 ) -> Result<(), String> {
@@ -178,7 +179,8 @@ async fn start_pods(
     ));
 
     let mut pods_settings = PodsSettings::new(&settings.node_name, settings.node_ip);
-    pods_settings.memory_capacity = memory;
+    pods_settings.memory_capacity = machine.memory_bytes;
+    pods_settings.allocatable = node_allocatable(settings, machine);
     pods::start(
         PodsDeps {
             api: api.clone(),
@@ -191,6 +193,31 @@ async fn start_pods(
         stop.clone(),
     );
     Ok(())
+}
+
+/// What pods may use of this machine, as the Node's allocatable says: capacity minus
+/// `--system-reserved` minus the memory and node file system eviction thresholds.
+fn node_allocatable(settings: &AgentSettings, machine: &Machine) -> NodeAllocatable {
+    let reserved = &settings.system_reserved;
+    let eviction = &settings.eviction_hard;
+    let kept =
+        |t: Option<crate::agent::settings::Threshold>, total: u64| t.map_or(0, |t| t.of(total));
+    let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    NodeAllocatable {
+        cpu_millis: clamp(machine.cpu_millis.saturating_sub(reserved.cpu_millis)),
+        memory_bytes: clamp(
+            machine
+                .memory_bytes
+                .saturating_sub(reserved.memory_bytes)
+                .saturating_sub(kept(eviction.memory_available, machine.memory_bytes)),
+        ),
+        ephemeral_storage_bytes: clamp(
+            machine
+                .storage_bytes
+                .saturating_sub(reserved.ephemeral_storage_bytes)
+                .saturating_sub(kept(eviction.nodefs_available, machine.storage_bytes)),
+        ),
+    }
 }
 
 /// Keeps the sandboxes' pod network on the node's `spec.podCIDR`.
@@ -313,7 +340,7 @@ pub async fn run_until(
     let runtime_problem = Arc::new(watch::Sender::new(detected.as_ref().err().cloned()));
     let state = NodeState::default();
     let machine = Machine::read(&Sources::default(), &settings.node_dir);
-    let memory = machine.memory_bytes;
+    let pods_machine = machine.clone();
     let reporter = NodeReporter {
         api: api.clone(),
         node: NodeSpecifics {
@@ -389,7 +416,8 @@ pub async fn run_until(
         );
         let problem = runtime_problem.clone();
         tokio::spawn(async move {
-            if let Err(e) = start_pods(&settings, &api, info, &state, memory, counts2, &stop).await
+            if let Err(e) =
+                start_pods(&settings, &api, info, &state, &pods_machine, counts2, &stop).await
             {
                 tracing::error!(component = "pods", "no pods can run here: {e}");
                 problem.send_replace(Some(e));

@@ -3,9 +3,10 @@
 //!
 //! - the command: `command` replaces the image's `Entrypoint`, `args` its `Cmd` (with no
 //!   `command`, `args` follow the image's entrypoint); `$(VAR)` in them is replaced by the
-//!   container's variables (`$$` is a literal `$`, an unknown name stays as written);
-//! - the environment: the image's, then the spec's in order (each value may use `$(VAR)` of
-//!   the variables before it);
+//!   container's variables (`env::expand_all`: `$$` is a literal `$`, an unknown name stays
+//!   as written);
+//! - the environment: the image's, then the container's (`env::build`: `envFrom`, `env`),
+//!   the later winning;
 //! - the working directory: `workingDir`, else the image's;
 //! - the user and groups (`identity`), capabilities, `privileged`, `readOnlyRootFilesystem`,
 //!   `allowPrivilegeEscalation: false` (no new privileges);
@@ -15,11 +16,12 @@
 //! - annotations kept with the container: the image it runs (name and ID), the spec's image
 //!   (a change restarts the container) and the pod's grace period (to stop it as an orphan).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::Value;
 
+use super::env::{self, EnvVar};
 use super::identity;
 use super::pod::{ContainerSpec, Pod};
 use crate::agent::images::ImageRecord;
@@ -58,8 +60,8 @@ pub struct Inputs<'a> {
     pub container: &'a ContainerSpec,
     pub image: &'a ImageRecord,
     pub rootfs: &'a Path,
-    /// The spec's variables, resolved (`plug::resolve_env`).
-    pub env: Vec<(String, String)>,
+    /// The container's variables, resolved (`plug::resolve_env`).
+    pub env: Vec<EnvVar>,
     pub mounts: Vec<VolumeMount>,
     pub restart_count: u32,
     /// The machine's memory (for a Burstable pod's OOM score).
@@ -80,19 +82,9 @@ pub fn build(inputs: Inputs<'_>) -> Result<ContainerConfig, ConfigError> {
     } = inputs;
     let image_cfg = &image.container_config;
 
-    // The spec's variables, each able to use those before it.
-    let mut vars: HashMap<String, String> = HashMap::new();
-    let mut spec_env = Vec::with_capacity(env.len());
-    for (name, value) in env {
-        let value = expand(&value, &vars);
-        vars.insert(name.clone(), value.clone());
-        spec_env.push(format!("{name}={value}"));
-    }
     let mut all_env: Vec<String> = image_cfg.env.clone().unwrap_or_default();
-    all_env.extend(spec_env);
-
-    let expand_all =
-        |list: &[String]| -> Vec<String> { list.iter().map(|a| expand(a, &vars)).collect() };
+    all_env.extend(env.iter().map(|v| format!("{}={}", v.name, v.value)));
+    let expand_all = |list: &[String]| env::expand_all(list, &env);
     let args = match (&c.command, &c.args) {
         (Some(command), args) if !command.is_empty() => {
             let mut all = expand_all(command);
@@ -179,45 +171,6 @@ pub fn image_id(image: &ImageRecord) -> String {
         Ok(r) => r.with_digest(&image.repo_digest),
         Err(_) => image.repo_digest.to_string(),
     }
-}
-
-/// kubelet's variable expansion: `$(NAME)` becomes the value of `NAME` when it is defined,
-/// `$$` a literal `$`; anything else is kept as written.
-pub fn expand(input: &str, vars: &HashMap<String, String>) -> String {
-    let mut out = String::with_capacity(input.len());
-    let mut rest = input;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
-            rest = tail;
-        } else if let Some(tail) = after.strip_prefix('(') {
-            match tail.find(')') {
-                Some(end) if end > 0 => {
-                    let name = &tail[..end];
-                    match vars.get(name) {
-                        Some(v) => out.push_str(v),
-                        None => {
-                            out.push_str("$(");
-                            out.push_str(name);
-                            out.push(')');
-                        }
-                    }
-                    rest = &tail[end + 1..];
-                }
-                _ => {
-                    out.push_str("$(");
-                    rest = tail;
-                }
-            }
-        } else {
-            out.push('$');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 fn quantity(v: &Value, scale: u64) -> Result<u64, String> {
@@ -343,7 +296,10 @@ mod tests {
             rootfs: rootfs.path(),
             env: env
                 .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .map(|(k, v)| EnvVar {
+                    name: k.to_string(),
+                    value: v.to_string(),
+                })
                 .collect(),
             mounts: vec![],
             restart_count: 2,
@@ -380,7 +336,7 @@ mod tests {
     }
 
     #[test]
-    fn variables_expand_in_env_and_command() {
+    fn variables_expand_in_the_command() {
         let img = ImageConfig {
             env: Some(vec!["PATH=/bin".into()]),
             ..Default::default()
@@ -388,7 +344,7 @@ mod tests {
         let cfg = build_for(
             json!({"name": "c", "command": ["echo", "$(GREETING) $(NOPE) $$(GREETING) $$"]}),
             img,
-            &[("NAME", "world"), ("GREETING", "hello $(NAME)")],
+            &[("NAME", "world"), ("GREETING", "hello world")],
         )
         .unwrap();
         assert_eq!(cfg.args[1], "hello world $(NOPE) $(GREETING) $");
@@ -399,23 +355,6 @@ mod tests {
             cfg.annotations[annotations::IMAGE_ID],
             format!("docker.io/library/busybox@{}", Digest::of(b"x"))
         );
-    }
-
-    #[test]
-    fn expansion_edge_cases() {
-        let vars = HashMap::from([("A".to_string(), "1".to_string())]);
-        for (input, want) in [
-            ("$(A)", "1"),
-            ("x$(A)y", "x1y"),
-            ("$(", "$("),
-            ("$()", "$()"),
-            ("$(A", "$(A"),
-            ("$A", "$A"),
-            ("$", "$"),
-            ("$$$(A)", "$1"),
-        ] {
-            assert_eq!(expand(input, &vars), want, "{input}");
-        }
     }
 
     #[test]

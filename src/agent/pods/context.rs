@@ -1,12 +1,13 @@
 //! What every pod worker shares: the API client, the runtime, images, sandboxes, the
-//! ConfigMaps and Secrets pods use, the prober, and the node's facts.
+//! ConfigMaps and Secrets pods use, the probes, and the node's facts.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::env::NodeAllocatable;
 use super::objects::Objects;
-use super::plug::Prober;
+use super::plug::Probes;
 use super::PodWaker;
 use crate::agent::api::ApiClient;
 use crate::agent::images::Images;
@@ -21,6 +22,9 @@ pub struct PodsSettings {
     pub node_ip: IpAddr,
     /// The machine's memory, for containers' OOM score (kubelet's QoS rule).
     pub memory_capacity: u64,
+    /// What pods may use of the node: the limits `resourceFieldRef` reports for a
+    /// container without its own, the size of memory-backed volumes.
+    pub allocatable: NodeAllocatable,
     /// How often a pod is synced when nothing happens (kubelet's resync).
     pub resync: Duration,
     /// How long a pod waits after a failure no back-off covers (a sandbox that could not
@@ -37,6 +41,7 @@ impl PodsSettings {
             node_name: node_name.to_string(),
             node_ip,
             memory_capacity: 0,
+            allocatable: NodeAllocatable::default(),
             resync: Duration::from_secs(60),
             retry: Duration::from_secs(5),
             parallel_starts: 16,
@@ -52,7 +57,7 @@ pub struct PodsContext {
     pub images: Arc<Images>,
     pub sandboxes: Arc<Sandboxes>,
     pub objects: Objects,
-    pub prober: Arc<dyn Prober>,
+    pub probes: Probes,
     pub waker: PodWaker,
     /// Bounds the pods doing start work at once (see `PodsSettings::parallel_starts`).
     pub starts: tokio::sync::Semaphore,

@@ -7,7 +7,8 @@
 //! - after the first list, pods that have containers or a sandbox on the node but are not
 //!   in the API (deleted while the agent was down) get a worker that stops and removes
 //!   them (orphans);
-//! - PLEG events and changes of the ConfigMaps and Secrets a pod uses wake its worker;
+//! - PLEG events, probe updates and changes of the ConfigMaps and Secrets a pod uses wake
+//!   its worker;
 //! - a worker that ended is forgotten; its UID is remembered for a while so that a late
 //!   event of the pod does not start a new worker.
 
@@ -23,6 +24,7 @@ use super::containers::annotations;
 use super::context::PodsContext;
 use super::objects::{self, ObjectKey};
 use super::pod::Pod;
+use super::probes::ProbeUpdate;
 use super::source::SourceEvent;
 use super::worker::{Observed, Worker};
 use super::PodCounts;
@@ -38,6 +40,7 @@ pub(super) struct Inputs {
     pub source: mpsc::Receiver<SourceEvent>,
     pub pleg: mpsc::Receiver<PodEvent>,
     pub objects: mpsc::Receiver<ObjectKey>,
+    pub probes: mpsc::Receiver<ProbeUpdate>,
 }
 
 struct Dispatcher {
@@ -80,6 +83,10 @@ pub(super) async fn run(
                 for uid in d.ctx.objects.users(&key) {
                     d.ctx.waker.wake(&uid);
                 }
+            }
+            Some(update) = inputs.probes.recv() => {
+                d.ctx.probes.on_update(&update);
+                d.ctx.waker.wake(&update.pod_uid);
             }
             Some(uid) = finished.recv() => d.on_finished(uid),
         }

@@ -54,8 +54,8 @@ use crate::agent::images::Images;
 use crate::agent::runtime::{pleg, Runtime};
 use crate::agent::sandbox::Sandboxes;
 
-/// Wakes a pod's worker: the PLEG saw one of its containers change, a probe result
-/// changed, an object it uses changed.
+/// Wakes a pod's worker: the PLEG saw one of its containers change, an object it uses
+/// changed.
 #[derive(Clone, Default)]
 pub struct PodWaker {
     notifies: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
@@ -144,9 +144,10 @@ pub fn start(deps: PodsDeps, counts: PodCounts, stop: CancellationToken) {
     let waker = PodWaker::default();
     let (objects_tx, objects_rx) = mpsc::channel(64);
     let objects = objects::Objects::new(deps.api.clone(), objects_tx, stop.clone());
+    let (probes_tx, probes_rx) = mpsc::channel(256);
     let ctx = Arc::new(PodsContext {
         starts: tokio::sync::Semaphore::new(deps.settings.parallel_starts.max(1)),
-        prober: plug::prober(waker.clone()),
+        probes: plug::Probes::new(deps.runtime.clone(), probes_tx),
         settings: deps.settings,
         api: deps.api,
         runtime: deps.runtime,
@@ -176,6 +177,7 @@ pub fn start(deps: PodsDeps, counts: PodCounts, stop: CancellationToken) {
             source: source_rx,
             pleg: pleg_rx,
             objects: objects_rx,
+            probes: probes_rx,
         },
         stop,
     ));

@@ -172,10 +172,6 @@ pub struct ContainerSpec {
     #[serde(default)]
     pub working_dir: Option<String>,
     #[serde(default)]
-    pub env: Vec<EnvVar>,
-    #[serde(default)]
-    pub env_from: Vec<Value>,
-    #[serde(default)]
     pub ports: Vec<ContainerPort>,
     #[serde(default)]
     pub security_context: ContainerSecurityContext,
@@ -191,19 +187,6 @@ pub struct ContainerSpec {
     pub readiness_probe: Option<Value>,
     #[serde(default)]
     pub startup_probe: Option<Value>,
-    #[serde(default)]
-    pub volume_mounts: Vec<Value>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EnvVar {
-    #[serde(default)]
-    pub name: String,
-    #[serde(default)]
-    pub value: Option<String>,
-    #[serde(default)]
-    pub value_from: Option<Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -166,7 +166,8 @@ impl Worker {
             next.within(self.ctx.settings.retry);
             return (next.0, self.report(false).await);
         }
-        if let Err(message) = plug::prepare_volumes(&self.ctx, &self.pod).await {
+        let (ctx, pod) = (self.ctx.clone(), self.pod.clone());
+        if let Err(message) = plug::prepare_volumes(&ctx, &pod, &mut self.volumes).await {
             self.hold(&message);
             next.within(self.ctx.settings.retry);
             return (next.0, self.report(false).await);
@@ -177,7 +178,7 @@ impl Worker {
             if matches!(s.state, ContainerState::Exited | ContainerState::Unknown)
                 && self.probed.remove(&s.id)
             {
-                self.ctx.prober.container_stopped(&s.id);
+                self.ctx.probes.container_stopped(&s.id);
             }
         }
         if self.init_containers(&instances, &mut next).await {
@@ -294,14 +295,13 @@ impl Worker {
             .annotations
             .get(annotations::SPEC_IMAGE)
             .is_some_and(|img| *img != spec.image);
-        let probe_failure = self.ctx.prober.results(&s.id).failed;
         let why = if changed {
             Some(format!(
                 "Container {} definition changed, will be restarted",
                 spec.name
             ))
         } else {
-            probe_failure.map(|f| format!("Container {} failed: {f}, will be restarted", spec.name))
+            self.ctx.probes.results(&s.id).failed
         };
         if let Some(why) = why {
             tracing::info!(component = "pods", pod = %self.name(), container = %spec.name, "{why}");
@@ -309,7 +309,7 @@ impl Worker {
             if let Err(e) = self.ctx.runtime.stop(&s.id, grace).await {
                 tracing::warn!(component = "pods", pod = %self.name(), container = %spec.name, "stopping: {e}");
             }
-            self.ctx.prober.container_stopped(&s.id);
+            self.ctx.probes.container_stopped(&s.id);
             self.probed.remove(&s.id);
             next.within(Duration::ZERO);
             return;
@@ -326,9 +326,10 @@ impl Worker {
         self.waiting.remove(&spec.name);
         if self.probed.insert(s.id.clone()) {
             let ip = self.pod_ip();
+            let started_at = s.started_at.unwrap_or_else(SystemTime::now);
             self.ctx
-                .prober
-                .container_started(&self.pod, &spec.name, &s.id, ip);
+                .probes
+                .container_started(&self.pod, &spec.name, &s.id, ip, started_at);
         }
     }
 
@@ -395,10 +396,15 @@ impl Worker {
         }
         let image = self.ensure_image(spec).await?;
         let pod = self.pod.clone();
-        let env = plug::resolve_env(&self.ctx, &pod, spec)
+        let pod_ips: Vec<IpAddr> = match &self.sandbox {
+            Some(s) if !s.ips.is_empty() => s.ips.clone(),
+            _ => vec![self.ctx.settings.node_ip],
+        };
+        let env = plug::resolve_env(&self.ctx, &pod, spec, &pod_ips)
             .await
             .map_err(config_error)?;
-        let mounts = plug::volume_mounts(&self.ctx, &pod, spec).map_err(config_error)?;
+        let mounts =
+            plug::volume_mounts(self.volumes.as_ref(), &pod, spec, &env).map_err(config_error)?;
         let Some(sandbox) = self.sandbox.as_ref().map(|s| s.pod_sandbox()) else {
             return Err((Waiting::new("ContainerCreating", "no sandbox yet"), retry));
         };
@@ -431,7 +437,8 @@ impl Worker {
                 tracing::info!(component = "pods", pod = %self.name(), container = %spec.name, id = %id, restart_count, "started");
                 self.probed.insert(id.clone());
                 let ip = self.pod_ip();
-                ctx.prober.container_started(&pod, &spec.name, &id, ip);
+                ctx.probes
+                    .container_started(&pod, &spec.name, &id, ip, SystemTime::now());
                 Ok(())
             }
             Err(e) => Err((
@@ -449,7 +456,7 @@ impl Worker {
                 && s.restart_count < keep.restart_count
                 && matches!(s.state, ContainerState::Exited | ContainerState::Unknown)
             {
-                self.ctx.prober.container_stopped(&s.id);
+                self.ctx.probes.container_stopped(&s.id);
                 self.messages.remove(&s.id);
                 self.messages_read.remove(&s.id);
                 if let Err(e) = self.ctx.runtime.remove(&s.id).await {
@@ -582,8 +589,8 @@ impl Worker {
             .as_ref()
             .map(|s| s.ips.clone())
             .unwrap_or_default();
-        let prober = self.ctx.prober.clone();
-        let probes = move |id: &str| prober.results(id);
+        let ctx = self.ctx.clone();
+        let probes = move |id: &str| ctx.probes.results(id);
         let now = now_text();
         let runtime = self.ctx.runtime.info().kind.to_string();
         let (phase, status) = status::compute(&status::Inputs {

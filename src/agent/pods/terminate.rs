@@ -36,11 +36,14 @@ impl Worker {
             .filter(|s| matches!(s.state, ContainerState::Running | ContainerState::Created))
             .collect();
         let ip = self.pod_ip().unwrap_or(self.ctx.settings.node_ip);
+        for s in &live {
+            self.ctx.probes.pod_terminating(&s.id);
+        }
         let (ctx, pod) = (&self.ctx, &self.pod);
         futures::future::join_all(live.iter().map(|s| stop_container(ctx, pod, s, grace, ip)))
             .await;
         for s in &live {
-            self.ctx.prober.container_stopped(&s.id);
+            self.ctx.probes.container_stopped(&s.id);
             self.probed.remove(&s.id);
         }
         self.waiting.clear();
@@ -60,7 +63,8 @@ impl Worker {
                 tracing::warn!(component = "pods", pod = %self.name(), "releasing {}: {e}", dir.display());
             }
         }
-        if let Err(e) = plug::cleanup_volumes(&self.ctx, &pod.uid).await {
+        let ctx = self.ctx.clone();
+        if let Err(e) = plug::cleanup_volumes(&ctx, &pod.uid, &mut self.volumes) {
             tracing::warn!(component = "pods", pod = %self.name(), "releasing the volumes: {e}");
         }
     }
@@ -120,7 +124,7 @@ impl Worker {
     async fn remove_all(&mut self) {
         let ctx = self.ctx.clone();
         for s in self.instances() {
-            ctx.prober.container_stopped(&s.id);
+            ctx.probes.container_stopped(&s.id);
             if matches!(s.state, ContainerState::Running | ContainerState::Created) {
                 // Not expected after Terminating; never leave one behind.
                 let _ = ctx.runtime.stop(&s.id, MIN_GRACE).await;

@@ -34,6 +34,7 @@ use super::backoff::Backoff;
 use super::context::PodsContext;
 use super::pod::Pod;
 use super::status::{Phase, Waiting};
+use super::volumes::PodVolumes;
 use super::PodCounts;
 use crate::agent::runtime::ContainerStatus;
 use crate::agent::sandbox::Sandbox;
@@ -91,12 +92,14 @@ pub struct Worker {
     pub(super) pull_backoff: Backoff<String>,
     pub(super) pull_errors: HashMap<String, String>,
     pub(super) sandbox: Option<Sandbox>,
+    /// The pod's volumes, once made.
+    pub(super) volumes: Option<PodVolumes>,
     /// Why the sandbox could not be made (shown on waiting containers).
     pub(super) sandbox_error: Option<String>,
     /// Termination messages of exited containers, by id (read once).
     pub(super) messages: HashMap<String, String>,
     pub(super) messages_read: HashSet<String>,
-    /// Containers the prober was told about.
+    /// Containers whose probes were started.
     pub(super) probed: HashSet<String>,
     pub(super) start_time: Option<String>,
     /// The status the API has, as far as this worker knows: the pod's, or the last one
@@ -119,6 +122,7 @@ impl Worker {
             pull_backoff: Backoff::kubelet(),
             pull_errors: HashMap::new(),
             sandbox: None,
+            volumes: None,
             sandbox_error: None,
             messages: HashMap::new(),
             messages_read: HashSet::new(),
