@@ -32,6 +32,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::informer::{Change, ObjectName};
 use super::objects::{self, OwnerRef};
 use super::worker::ReconcileError;
 use crate::client::{Client, ClientError, PatchKind};
@@ -90,6 +91,48 @@ pub fn controller_of(object: &StoredObject) -> Option<OwnerRef> {
                 block_owner_deletion: r.block_owner_deletion == Some(true),
             })
         })
+}
+
+/// Where a change of an owned object (a pod, a ReplicaSet) sends its controller's work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnedChange {
+    /// The controlling object of kind `owner_kind` named by the object's controller
+    /// reference, now or before the change.
+    Owner(ObjectName),
+    /// The object itself: an orphan that appeared, lost its controller or changed labels, so
+    /// an owner whose selector matches may adopt it.
+    Orphan(ObjectName),
+}
+
+/// The work a change of an owned object concerns, for the controller of `owner_kind`: its
+/// controlling owner (the previous one too when the reference changed), or, for an orphan
+/// that appeared or changed labels, the object itself, as upstream's `updatePod`/`addPod`
+/// handlers decide. Deleted orphans concern nobody.
+pub fn route_owned_change(owner_kind: &str, change: Change<'_>, mut to: impl FnMut(OwnedChange)) {
+    let ours = |object: &StoredObject| {
+        controller_of(object)
+            .filter(|r| r.kind == owner_kind)
+            .map(|r| ObjectName::new(object.key.namespace.clone(), r.name))
+    };
+    let object = change.object();
+    let current = controller_of(object);
+    let mut orphan_changed = current.is_none() && matches!(change, Change::Added(_));
+    if let Some(old) = change.old() {
+        if controller_of(old) != current {
+            if let Some(owner) = ours(old) {
+                to(OwnedChange::Owner(owner));
+            }
+            orphan_changed |= current.is_none();
+        }
+        orphan_changed |= current.is_none() && old.labels != object.labels;
+    }
+    match ours(object) {
+        Some(owner) => to(OwnedChange::Owner(owner)),
+        None if current.is_none() && orphan_changed && !matches!(change, Change::Deleted(_)) => {
+            to(OwnedChange::Orphan(ObjectName::of(object)));
+        }
+        None => {}
+    }
 }
 
 /// A candidate object with its parsed value (claims read owner references from it; callers

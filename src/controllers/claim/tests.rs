@@ -276,3 +276,77 @@ fn the_controller_reference_is_read_without_the_rest() {
     );
     assert_eq!(controller_uid_index(&object), ["u2"]);
 }
+
+#[test]
+fn owned_changes_reach_the_owner_or_offer_the_orphan() {
+    let stored = |owner: Option<&str>, app: &str| -> crate::kube::object::ObjectRef {
+        let mut meta = json!({"name": "p", "resourceVersion": "1", "labels": {"app": app}});
+        if let Some(owner) = owner {
+            meta["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "name": owner, "uid": format!("uid-{owner}"), "controller": true}]);
+        }
+        let body =
+            serde_json::to_vec(&json!({"metadata": meta, "spec": {"containers": []}})).unwrap();
+        std::sync::Arc::new(
+            crate::kube::store::stored_from_json(
+                crate::kube::object::ObjectKey::new("pods", NS, "p"),
+                &body,
+            )
+            .unwrap(),
+        )
+    };
+    let routed = |change: Change<'_>| {
+        let mut out = Vec::new();
+        route_owned_change("ReplicaSet", change, |to| out.push(to));
+        out
+    };
+    let name = |n: &str| ObjectName::new(NS.to_string(), n.to_string());
+    let (a, b, orphan, orphan_relabelled) = (
+        stored(Some("a"), "web"),
+        stored(Some("b"), "web"),
+        stored(None, "web"),
+        stored(None, "db"),
+    );
+    assert_eq!(routed(Change::Added(&a)), [OwnedChange::Owner(name("a"))]);
+    assert_eq!(
+        routed(Change::Added(&orphan)),
+        [OwnedChange::Orphan(name("p"))]
+    );
+    // A moved controller reference: the old owner and the new one.
+    assert_eq!(
+        routed(Change::Modified { old: &a, new: &b }),
+        [OwnedChange::Owner(name("a")), OwnedChange::Owner(name("b"))]
+    );
+    // Released: the old owner, and the orphan may be adopted.
+    assert_eq!(
+        routed(Change::Modified {
+            old: &a,
+            new: &orphan
+        }),
+        [
+            OwnedChange::Owner(name("a")),
+            OwnedChange::Orphan(name("p"))
+        ]
+    );
+    // An orphan whose labels changed, or did not.
+    assert_eq!(
+        routed(Change::Modified {
+            old: &orphan,
+            new: &orphan_relabelled
+        }),
+        [OwnedChange::Orphan(name("p"))]
+    );
+    assert_eq!(
+        routed(Change::Modified {
+            old: &orphan,
+            new: &orphan
+        }),
+        []
+    );
+    assert_eq!(routed(Change::Deleted(&orphan)), []);
+    assert_eq!(routed(Change::Deleted(&a)), [OwnedChange::Owner(name("a"))]);
+    // Another kind's controller is not ours.
+    let mut others = Vec::new();
+    route_owned_change("StatefulSet", Change::Added(&a), |to| others.push(to));
+    assert!(others.is_empty());
+}

@@ -45,7 +45,7 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::claim::{self, Candidate, RefManager, CONTROLLER_UID_INDEX};
+use super::claim::{self, Candidate, OwnedChange, RefManager, CONTROLLER_UID_INDEX};
 use super::deployment::fenceposts;
 use super::events::{EventRecorder, Involved};
 use super::history;
@@ -350,30 +350,10 @@ impl Controller for DaemonSets {
 /// A pod change concerns its controlling set (the previous one too when the reference
 /// changed); an orphan that appeared or changed labels may be adopted.
 fn route_pod_change(queue: &WorkQueue<Key>, change: Change<'_>) {
-    let ours = |object: &StoredObject| {
-        claim::controller_of(object)
-            .filter(|r| r.kind == "DaemonSet")
-            .map(|r| ObjectName::new(object.key.namespace.clone(), r.name))
-    };
-    let pod = change.object();
-    let current = claim::controller_of(pod);
-    let mut orphan_changed = current.is_none() && matches!(change, Change::Added(_));
-    if let Some(old) = change.old() {
-        if claim::controller_of(old) != current {
-            if let Some(owner) = ours(old) {
-                queue.add(Key::Set(owner));
-            }
-            orphan_changed |= current.is_none();
-        }
-        orphan_changed |= current.is_none() && old.labels != pod.labels;
-    }
-    match ours(pod) {
-        Some(owner) => queue.add(Key::Set(owner)),
-        None if current.is_none() && orphan_changed && !matches!(change, Change::Deleted(_)) => {
-            queue.add(Key::OrphanPod(ObjectName::of(pod)));
-        }
-        None => {}
-    }
+    claim::route_owned_change("DaemonSet", change, |to| match to {
+        OwnedChange::Owner(set) => queue.add(Key::Set(set)),
+        OwnedChange::Orphan(pod) => queue.add(Key::OrphanPod(pod)),
+    });
 }
 
 /// Whether a node update may change where daemon pods go (upstream's

@@ -49,7 +49,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::claim::{self, Candidate, RefManager, CONTROLLER_UID_INDEX};
+use super::claim::{self, Candidate, OwnedChange, RefManager, CONTROLLER_UID_INDEX};
 use super::events::{EventRecorder, Involved};
 use super::informer::{Change, Informers, InformersBuilder, KindCache, ObjectName};
 use super::objects;
@@ -58,7 +58,7 @@ use super::replicaset::builtin;
 use super::worker::{Controller, Outcome, ReconcileError};
 use super::Shared;
 use crate::client::Client;
-use crate::kube::object::{ObjectKey, ObjectRef, StoredObject};
+use crate::kube::object::{ObjectKey, ObjectRef};
 use crate::kube::resources::ResourceInfo;
 use crate::kube::selectors::LabelSelector;
 use crate::kube::store::StoreSnapshot;
@@ -332,31 +332,10 @@ impl Controller for Deployments {
 /// A ReplicaSet change concerns its controlling Deployment (and the previous one when the
 /// reference changed); an orphan that appeared or changed labels may be adopted.
 fn route_replica_set_change(queue: &WorkQueue<Key>, change: Change<'_>) {
-    let owner = |object: &StoredObject| {
-        claim::controller_of(object)
-            .filter(|r| r.kind == "Deployment")
-            .map(|r| ObjectName::new(object.key.namespace.clone(), r.name))
-    };
-    let rs = change.object();
-    let current = claim::controller_of(rs);
-    let mut orphan_changed = current.is_none() && matches!(change, Change::Added(_));
-    if let Some(old) = change.old() {
-        let previous = claim::controller_of(old);
-        if previous != current {
-            if let Some(name) = owner(old) {
-                queue.add(Key::Deployment(name));
-            }
-            orphan_changed |= current.is_none();
-        }
-        orphan_changed |= current.is_none() && old.labels != rs.labels;
-    }
-    match owner(rs) {
-        Some(name) => queue.add(Key::Deployment(name)),
-        None if current.is_none() && orphan_changed && !matches!(change, Change::Deleted(_)) => {
-            queue.add(Key::OrphanReplicaSet(ObjectName::of(rs)));
-        }
-        None => {}
-    }
+    claim::route_owned_change("Deployment", change, |to| match to {
+        OwnedChange::Owner(deployment) => queue.add(Key::Deployment(deployment)),
+        OwnedChange::Orphan(rs) => queue.add(Key::OrphanReplicaSet(rs)),
+    });
 }
 
 impl Deployments {

@@ -34,7 +34,7 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::Value;
 
-use super::claim::{self, Candidate, RefManager, CONTROLLER_UID_INDEX};
+use super::claim::{self, Candidate, OwnedChange, RefManager, CONTROLLER_UID_INDEX};
 use super::events::{EventRecorder, Involved};
 use super::informer::{Change, Informers, InformersBuilder, KindCache, ObjectName};
 use super::objects;
@@ -43,7 +43,7 @@ use super::queue::WorkQueue;
 use super::worker::{Controller, Outcome, ReconcileError};
 use super::Shared;
 use crate::client::{Client, ClientError};
-use crate::kube::object::{ObjectKey, ObjectRef, StoredObject};
+use crate::kube::object::{ObjectKey, ObjectRef};
 use crate::kube::resources::{self, ResourceInfo};
 use crate::kube::selectors::LabelSelector;
 use crate::kube::store::StoreSnapshot;
@@ -193,37 +193,10 @@ impl<F: Flavor> Controller for Replicas<F> {
 /// when the reference changed), or, for an orphan that appeared or changed its labels, the
 /// owners that may adopt it.
 fn route_pod_change<F: Flavor>(queue: &WorkQueue<Key>, change: Change<'_>) {
-    let ours = |object: &StoredObject| {
-        claim::controller_of(object)
-            .filter(|r| r.kind == F::info().kind)
-            .map(|r| ObjectName::new(object.key.namespace.clone(), r.name))
-    };
-    let pod = change.object();
-    let current = claim::controller_of(pod);
-    let mut orphan_changed = current.is_none() && matches!(change, Change::Added(_));
-    if let Some(old) = change.old() {
-        let previous = claim::controller_of(old);
-        if previous != current {
-            if let Some(owner) = ours(old) {
-                queue.add(Key::Owner(owner));
-            }
-            orphan_changed |= current.is_none();
-        }
-        orphan_changed |= current.is_none() && old.labels != pod.labels;
-    }
-    match current {
-        Some(r) if r.kind == F::info().kind => {
-            queue.add(Key::Owner(ObjectName::new(
-                pod.key.namespace.clone(),
-                r.name,
-            )));
-        }
-        Some(_) => {}
-        None if orphan_changed && !matches!(change, Change::Deleted(_)) => {
-            queue.add(Key::OrphanPod(ObjectName::of(pod)));
-        }
-        None => {}
-    }
+    claim::route_owned_change(F::info().kind, change, |to| match to {
+        OwnedChange::Owner(owner) => queue.add(Key::Owner(owner)),
+        OwnedChange::Orphan(pod) => queue.add(Key::OrphanPod(pod)),
+    });
 }
 
 impl<F: Flavor> Replicas<F> {

@@ -47,7 +47,7 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::{Map, Value};
 
-use super::claim::{self, Candidate, RefManager, CONTROLLER_UID_INDEX};
+use super::claim::{self, Candidate, OwnedChange, RefManager, CONTROLLER_UID_INDEX};
 use super::deployment::fenceposts;
 use super::events::{EventRecorder, Involved};
 use super::history::{self, Revision};
@@ -59,7 +59,7 @@ use super::replicaset::{builtin, status::next_available};
 use super::worker::{Controller, Outcome, ReconcileError};
 use super::Shared;
 use crate::client::Client;
-use crate::kube::object::{ObjectKey, ObjectRef, StoredObject};
+use crate::kube::object::{ObjectKey, ObjectRef};
 use crate::kube::resources::ResourceInfo;
 use crate::kube::selectors::LabelSelector;
 use crate::kube::store::StoreSnapshot;
@@ -321,30 +321,10 @@ impl Controller for StatefulSets {
 /// A pod change concerns its controlling set (the previous one too when the reference
 /// changed); an orphan that appeared or changed labels may be adopted.
 fn route_pod_change(queue: &WorkQueue<Key>, change: Change<'_>) {
-    let ours = |object: &StoredObject| {
-        claim::controller_of(object)
-            .filter(|r| r.kind == "StatefulSet")
-            .map(|r| ObjectName::new(object.key.namespace.clone(), r.name))
-    };
-    let pod = change.object();
-    let current = claim::controller_of(pod);
-    let mut orphan_changed = current.is_none() && matches!(change, Change::Added(_));
-    if let Some(old) = change.old() {
-        if claim::controller_of(old) != current {
-            if let Some(owner) = ours(old) {
-                queue.add(Key::Set(owner));
-            }
-            orphan_changed |= current.is_none();
-        }
-        orphan_changed |= current.is_none() && old.labels != pod.labels;
-    }
-    match ours(pod) {
-        Some(owner) => queue.add(Key::Set(owner)),
-        None if current.is_none() && orphan_changed && !matches!(change, Change::Deleted(_)) => {
-            queue.add(Key::OrphanPod(ObjectName::of(pod)));
-        }
-        None => {}
-    }
+    claim::route_owned_change("StatefulSet", change, |to| match to {
+        OwnedChange::Owner(set) => queue.add(Key::Set(set)),
+        OwnedChange::Orphan(pod) => queue.add(Key::OrphanPod(pod)),
+    });
 }
 
 impl StatefulSets {
