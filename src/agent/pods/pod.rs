@@ -99,149 +99,115 @@ pub struct PodSpec {
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct NameRef {
-    #[serde(default)]
     pub name: String,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct HostAliasSpec {
-    #[serde(default)]
     pub ip: String,
-    #[serde(default)]
     pub hostnames: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct DnsConfigSpec {
-    #[serde(default)]
     pub nameservers: Vec<String>,
-    #[serde(default)]
     pub searches: Vec<String>,
-    #[serde(default)]
     pub options: Vec<DnsOption>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct DnsOption {
-    #[serde(default)]
     pub name: String,
-    #[serde(default)]
     pub value: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(default)]
 pub struct PodSecurityContext {
-    #[serde(default)]
     pub run_as_user: Option<i64>,
-    #[serde(default)]
     pub run_as_group: Option<i64>,
-    #[serde(default)]
     pub run_as_non_root: Option<bool>,
-    #[serde(default)]
     pub supplemental_groups: Vec<i64>,
-    #[serde(default)]
     pub fs_group: Option<i64>,
-    #[serde(default)]
     pub sysctls: Vec<Sysctl>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct Sysctl {
-    #[serde(default)]
     pub name: String,
-    #[serde(default)]
     pub value: String,
 }
 
 /// One container of the spec (an init container or an app container).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(default)]
 pub struct ContainerSpec {
-    #[serde(default)]
     pub name: String,
-    #[serde(default)]
     pub image: String,
-    #[serde(default)]
     pub image_pull_policy: Option<String>,
-    #[serde(default)]
     pub command: Option<Vec<String>>,
-    #[serde(default)]
     pub args: Option<Vec<String>>,
-    #[serde(default)]
     pub working_dir: Option<String>,
-    #[serde(default)]
     pub ports: Vec<ContainerPort>,
-    #[serde(default)]
     pub security_context: ContainerSecurityContext,
-    #[serde(default)]
     pub resources: Resources,
-    #[serde(default)]
     pub termination_message_path: Option<String>,
-    #[serde(default)]
     pub termination_message_policy: Option<String>,
-    #[serde(default)]
     pub lifecycle: Option<Lifecycle>,
-    #[serde(default)]
     pub readiness_probe: Option<Value>,
-    #[serde(default)]
     pub startup_probe: Option<Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(default)]
 pub struct ContainerPort {
-    #[serde(default)]
     pub container_port: i64,
-    #[serde(default)]
     pub host_port: Option<i64>,
-    #[serde(default)]
     pub host_ip: Option<String>,
-    #[serde(default)]
     pub protocol: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(default)]
 pub struct ContainerSecurityContext {
-    #[serde(default)]
     pub run_as_user: Option<i64>,
-    #[serde(default)]
     pub run_as_group: Option<i64>,
-    #[serde(default)]
     pub run_as_non_root: Option<bool>,
-    #[serde(default)]
     pub privileged: Option<bool>,
-    #[serde(default)]
     pub capabilities: Option<Capabilities>,
-    #[serde(default)]
     pub read_only_root_filesystem: Option<bool>,
-    #[serde(default)]
     pub allow_privilege_escalation: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct Capabilities {
-    #[serde(default)]
     pub add: Vec<String>,
-    #[serde(default)]
     pub drop: Vec<String>,
 }
 
 /// Quantities as the API writes them (strings, sometimes bare numbers).
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 pub struct Resources {
-    #[serde(default)]
     pub limits: BTreeMap<String, Value>,
-    #[serde(default)]
     pub requests: BTreeMap<String, Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(default)]
 pub struct Lifecycle {
-    #[serde(default)]
     pub pre_stop: Option<Value>,
 }
 
