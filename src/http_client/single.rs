@@ -103,6 +103,27 @@ async fn exchange(
     request: Request<Full<Bytes>>,
     limits: Limits,
 ) -> Result<Answer, ClientError> {
+    let (io, reached) = dial(addr, transport).await?;
+    let preview = Preview::default();
+    let io = Recording::new(io, &preview);
+    let (parts, body) = http1(io, request, limits.max_body, &preview).await?;
+    Ok(Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+        reached,
+    })
+}
+
+/// A connection's byte stream, plain or TLS, as one type.
+pub(super) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// A new connection to `addr`, secured as `transport` says, and the address it reached.
+pub(super) async fn dial(
+    addr: &str,
+    transport: &Transport,
+) -> Result<(Box<dyn Io>, SocketAddr), ClientError> {
     let tcp = TcpStream::connect(addr)
         .await
         .map_err(|e| ClientError::from_connect(&e))?;
@@ -110,29 +131,17 @@ async fn exchange(
         .peer_addr()
         .map_err(|e| ClientError::Connect(format!("connected, then: {e}")))?;
     let _ = tcp.set_nodelay(true);
-    let preview = Preview::default();
-    let (parts, body) = match transport {
-        Transport::Plain => {
-            let io = Recording::new(tcp, &preview);
-            http1(io, request, limits.max_body, &preview).await?
-        }
-        Transport::Tls(config) => {
-            let name = server_name(addr)?;
-            let tls = config
+    let io: Box<dyn Io> = match transport {
+        Transport::Plain => Box::new(tcp),
+        Transport::Tls(config) => Box::new(
+            config
                 .connector()
-                .connect(name, tcp)
+                .connect(server_name(addr)?, tcp)
                 .await
-                .map_err(|e| ClientError::Tls(e.to_string()))?;
-            let io = Recording::new(tls, &preview);
-            http1(io, request, limits.max_body, &preview).await?
-        }
+                .map_err(|e| ClientError::Tls(e.to_string()))?,
+        ),
     };
-    Ok(Answer {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-        reached,
-    })
+    Ok((io, reached))
 }
 
 /// The TLS server name of `host:port`: a DNS name or an IP address (brackets removed).

@@ -17,10 +17,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 
 use super::error::{chain, ClientError};
-use super::single::{classify, one_shot_headers, server_name, Preview, Recording};
+use super::single::{classify, dial, one_shot_headers, Preview, Recording};
 use super::tls::Transport;
 
 /// The bounds of a streamed answer.
@@ -70,30 +69,10 @@ async fn head(
     request: Request<Full<Bytes>>,
     idle: Duration,
 ) -> Result<Streaming, ClientError> {
-    let tcp = TcpStream::connect(addr)
-        .await
-        .map_err(|e| ClientError::from_connect(&e))?;
-    let reached = tcp
-        .peer_addr()
-        .map_err(|e| ClientError::Connect(format!("connected, then: {e}")))?;
-    let _ = tcp.set_nodelay(true);
+    let (io, reached) = dial(addr, transport).await?;
     let preview = Preview::default();
-    match transport {
-        Transport::Plain => {
-            let io = Recording::new(tcp, &preview);
-            exchange(io, request, reached, idle, preview).await
-        }
-        Transport::Tls(config) => {
-            let name = server_name(addr)?;
-            let tls = config
-                .connector()
-                .connect(name, tcp)
-                .await
-                .map_err(|e| ClientError::Tls(e.to_string()))?;
-            let io = Recording::new(tls, &preview);
-            exchange(io, request, reached, idle, preview).await
-        }
-    }
+    let io = Recording::new(io, &preview);
+    exchange(io, request, reached, idle, preview).await
 }
 
 async fn exchange<S>(
