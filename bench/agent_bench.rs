@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 
 use agent_support::Agent;
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use support::images::{busybox_image, oci_archive};
 use support::{runtime, Api, Server};
@@ -55,38 +54,13 @@ fn running(pod: &Value) -> bool {
 
 /// Pods of `default` as a watch sends them, from `rv`.
 async fn watch(api: &Api, rv: &str) -> mpsc::UnboundedReceiver<(String, Value)> {
-    let mut conn = api.connect().await.expect("connect");
-    let response = conn
-        .send(
-            "GET",
-            &format!("/api/v1/namespaces/default/pods?watch=true&resourceVersion={rv}"),
-            None,
-            Bytes::new(),
-        )
-        .await
-        .expect("watch");
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let _conn = conn;
-        let mut body = response.into_body();
-        let mut buffer = Vec::new();
-        while let Some(Ok(frame)) = body.frame().await {
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            buffer.extend_from_slice(&data);
-            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buffer.drain(..=end).collect();
-                if let Ok(mut e) = serde_json::from_slice::<Value>(&line) {
-                    let kind = e["type"].as_str().unwrap_or_default().to_string();
-                    if tx.send((kind, e["object"].take())).is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    rx
+    let conn = api.connect().await.expect("connect");
+    conn.watch(&format!(
+        "/api/v1/namespaces/default/pods?watch=true&resourceVersion={rv}"
+    ))
+    .await
+    .expect("watch")
+    .1
 }
 
 async fn list_rv(api: &Api) -> String {

@@ -32,8 +32,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::BodyExt;
 use litek8s::api::{ApiContext, ApiSettings};
 use litek8s::client::{identities, Client, PatchKind};
 use litek8s::controllers::events::EventRecorder;
@@ -372,43 +370,23 @@ fn watch_bound(
     count: usize,
 ) -> tokio::task::JoinHandle<(usize, Instant)> {
     tokio::spawn(async move {
-        let mut conn = api.connect().await.expect("connect");
-        let resp = conn
-            .send(
-                "GET",
-                &format!("/api/v1/namespaces/bench/pods?watch=true&resourceVersion={rv}&timeoutSeconds=300{selector}"),
-                None,
-                Bytes::new(),
-            )
+        let conn = api.connect().await.expect("connect");
+        let (_, mut events) = conn
+            .watch(&format!(
+                "/api/v1/namespaces/bench/pods?watch=true&resourceVersion={rv}&timeoutSeconds=300{selector}"
+            ))
             .await
             .expect("watch");
-        let mut body = resp.into_body();
-        let mut buf = Vec::new();
         let mut bound = HashSet::new();
         while bound.len() < count {
-            let Some(Ok(frame)) = body.frame().await else {
+            let Some((_, pod)) = events.recv().await else {
                 break;
             };
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            buf.extend_from_slice(&data);
-            while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=pos).collect();
-                let Ok(event) = serde_json::from_slice::<Value>(&line) else {
-                    continue;
-                };
-                if event["object"]["spec"]["nodeName"]
-                    .as_str()
-                    .is_some_and(|n| !n.is_empty())
-                {
-                    bound.insert(
-                        event["object"]["metadata"]["name"]
-                            .as_str()
-                            .unwrap_or("")
-                            .to_string(),
-                    );
-                }
+            if pod["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty())
+            {
+                bound.insert(pod["metadata"]["name"].as_str().unwrap_or("").to_string());
             }
         }
         (bound.len(), Instant::now())

@@ -22,7 +22,6 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use agent_support::Agent;
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use support::images::{busybox_image, oci_archive, Registry};
 use support::{Api, Server};
@@ -209,39 +208,16 @@ impl Node {
 
     /// A watch of the pods of `default` from `rv`: events on a channel.
     async fn watch(&self, rv: &str) -> mpsc::UnboundedReceiver<(String, Value)> {
-        let mut conn = self.api.connect().await.expect("connect");
-        let response = conn
-            .send(
-                "GET",
-                &format!("{}?watch=true&resourceVersion={rv}", self.pods_path()),
-                None,
-                bytes::Bytes::new(),
-            )
+        let conn = self.api.connect().await.expect("connect");
+        let (status, events) = conn
+            .watch(&format!(
+                "{}?watch=true&resourceVersion={rv}",
+                self.pods_path()
+            ))
             .await
             .expect("watch");
-        assert_eq!(response.status(), 200);
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let _conn = conn;
-            let mut body = response.into_body();
-            let mut buffer = Vec::new();
-            while let Some(Ok(frame)) = body.frame().await {
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                buffer.extend_from_slice(&data);
-                while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                    let line: Vec<u8> = buffer.drain(..=end).collect();
-                    if let Ok(mut event) = serde_json::from_slice::<Value>(&line) {
-                        let kind = event["type"].as_str().unwrap_or_default().to_string();
-                        if tx.send((kind, event["object"].take())).is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
-        rx
+        assert_eq!(status, 200);
+        events
     }
 
     /// The resourceVersion of the pod list now.

@@ -621,6 +621,45 @@ impl Conn {
         Resp::read(response).await
     }
 
+    /// Opens the watch at `path` (a GET with `watch=true` in its query) on this connection,
+    /// and reads its events in a task of its own: `(type, object)` per event, in order; the
+    /// channel ends when the stream does. Answers the response's status too.
+    pub async fn watch(
+        mut self,
+        path: &str,
+    ) -> Result<
+        (
+            u16,
+            tokio::sync::mpsc::UnboundedReceiver<(String, serde_json::Value)>,
+        ),
+        String,
+    > {
+        let response = self.send("GET", path, None, Bytes::new()).await?;
+        let status = response.status().as_u16();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let _conn = self;
+            let mut body = response.into_body();
+            let mut buffer = Vec::new();
+            while let Some(Ok(frame)) = body.frame().await {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                buffer.extend_from_slice(&data);
+                while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buffer.drain(..=end).collect();
+                    if let Ok(mut event) = serde_json::from_slice::<serde_json::Value>(&line) {
+                        let kind = event["type"].as_str().unwrap_or_default().to_string();
+                        if tx.send((kind, event["object"].take())).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Ok((status, rx))
+    }
+
     /// Sends a request and returns the response head with its streaming body (for watches).
     pub async fn send(
         &mut self,
