@@ -719,12 +719,7 @@ fn main() {
             assert_eq!(resp.status, 200);
             size = resp.body.len();
             let items = resp.json()["items"].as_array().map(|a| a.len()).unwrap_or(0);
-            // The namespace's own kube-root-ca.crt ConfigMap (published by a controller) is the
-            // one item beside the benchmark's.
-            assert!(
-                (LIST_OBJECTS..=LIST_OBJECTS + 1).contains(&items),
-                "list returned {items} items"
-            );
+            assert_eq!(items, LIST_OBJECTS, "list returned {items} items");
         }
         times.sort();
         let median = times[times.len() / 2];
