@@ -16,8 +16,8 @@
 use std::path::PathBuf;
 
 use k8s_openapi::api::{
-    apps, autoscaling, batch, coordination, core, discovery, events, networking, policy, rbac,
-    scheduling, storage,
+    apps, authentication, authorization, autoscaling, batch, coordination, core, discovery, events,
+    networking, policy, rbac, scheduling, storage,
 };
 use litek8s::kube::resources::{ResourceInfo, RESOURCES};
 use schemars::generate::SchemaSettings;
@@ -73,6 +73,21 @@ fn schema_for(generator: &mut SchemaGenerator, r: &ResourceInfo) -> String {
             name!(rbac::v1::ClusterRoleBinding)
         }
         ("storage.k8s.io", "v1", "StorageClass") => name!(storage::v1::StorageClass),
+        ("authorization.k8s.io", "v1", "SelfSubjectAccessReview") => {
+            name!(authorization::v1::SelfSubjectAccessReview)
+        }
+        ("authorization.k8s.io", "v1", "SubjectAccessReview") => {
+            name!(authorization::v1::SubjectAccessReview)
+        }
+        ("authorization.k8s.io", "v1", "LocalSubjectAccessReview") => {
+            name!(authorization::v1::LocalSubjectAccessReview)
+        }
+        ("authorization.k8s.io", "v1", "SelfSubjectRulesReview") => {
+            name!(authorization::v1::SelfSubjectRulesReview)
+        }
+        ("authentication.k8s.io", "v1", "SelfSubjectReview") => {
+            name!(authentication::v1::SelfSubjectReview)
+        }
         (g, v, k) => panic!("no k8s-openapi type mapped for {g}/{v} {k}; add it to schema_for"),
     }
 }
@@ -93,22 +108,33 @@ fn query_param(name: &str, description: &str, kind: &str) -> Value {
            "schema": {"type": kind, "uniqueItems": true}})
 }
 
-/// The POST operation on the collection of a create-only resource (`bindings`), as
-/// kube-apiserver publishes it (trimmed).
+/// The POST operation on the collection of a create-only resource (`bindings`, the access
+/// reviews), as kube-apiserver publishes it (trimmed).
 fn post_path(r: &ResourceInfo, kind_schema: &str) -> (String, Value) {
-    let url = format!(
-        "/{}/namespaces/{{namespace}}/{}",
-        gv_path(r.group, r.version),
-        r.plural
-    );
-    let parameters = vec![json!({"name": "namespace", "in": "path", "required": true,
-        "description": "object name and auth scope, such as for teams and projects",
-        "schema": {"type": "string", "uniqueItems": true}})];
+    let (url, parameters, operation) = if r.namespaced {
+        (
+            format!(
+                "/{}/namespaces/{{namespace}}/{}",
+                gv_path(r.group, r.version),
+                r.plural
+            ),
+            vec![json!({"name": "namespace", "in": "path", "required": true,
+                "description": "object name and auth scope, such as for teams and projects",
+                "schema": {"type": "string", "uniqueItems": true}})],
+            format!("createNamespaced{}", r.kind),
+        )
+    } else {
+        (
+            format!("/{}/{}", gv_path(r.group, r.version), r.plural),
+            Vec::new(),
+            format!("create{}", r.kind),
+        )
+    };
     let schema = json!({"schema": {"$ref": format!("#/components/schemas/{kind_schema}")}});
     let op = json!({
         "tags": [r.api_version().replace(['/', '.'], "_")],
         "description": format!("create a {}", r.kind),
-        "operationId": format!("createNamespaced{}", r.kind),
+        "operationId": operation,
         "parameters": [
             query_param("dryRun", "When present, indicates that modifications should not be persisted.", "string"),
             query_param("fieldManager", "fieldManager is a name associated with the actor or entity that is making these changes.", "string"),

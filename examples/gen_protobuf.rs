@@ -33,6 +33,8 @@ const GROUPS: &[(&str, &str, &[&str])] = &[
     ("coordination", "coordination.k8s.io", &["v1"]),
     ("node", "node.k8s.io", &["v1"]),
     ("certificates", "certificates.k8s.io", &["v1"]),
+    ("authorization", "authorization.k8s.io", &["v1"]),
+    ("authentication", "authentication.k8s.io", &["v1"]),
 ];
 
 const META: &str = "apimachinery.pkg.apis.meta.v1";

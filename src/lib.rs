@@ -18,6 +18,8 @@
 //!   (Mutation → Writer → store.apply), `objects.wal`, the resource registry, selectors.
 //! - [`lb`]: the load balancer (`litek8s lb`): a sticky TCP relay on [`failover`].
 //! - [`api`]: HTTP handlers for the Kubernetes API (discovery, CRUD, watch, tables, errors).
+//! - [`auth`]: the user of every request (token file, impersonation) and RBAC authorization
+//!   with its default policy.
 //! - [`server`]: assembles an API server process (TLS, certificates, tokens, listeners).
 //! - [`raft`]: the Raft log engine, snapshots, the state machine and the proposal batcher
 //!   under openraft, which [`cluster`] runs for HA clusters.
@@ -30,6 +32,7 @@
 pub mod agent;
 pub mod allocator;
 pub mod api;
+pub mod auth;
 pub mod cli;
 pub mod client;
 pub mod cluster;

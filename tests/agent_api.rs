@@ -92,15 +92,15 @@ fn requests_skip_a_dead_server_and_watches_stream_until_their_server_dies() {
             assert_eq!(event.kind, "ADDED");
             assert_eq!(event.object["metadata"]["name"], format!("w{i}"));
         }
-        // Writes with the node's certificate work too.
-        let created = api
-            .create(
-                "/api/v1/namespaces/default/configmaps",
-                &configmap("default", "by-the-node", serde_json::json!({})),
-            )
-            .await
-            .unwrap();
+        // Writes with the node's certificate work too, as far as its role (`system:node`)
+        // allows: Leases yes, ConfigMaps no.
+        let leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+        let lease = serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "by-the-node", "namespace": "default"}});
+        let created = api.create(leases, &lease).await.unwrap();
         assert_eq!(created["metadata"]["name"], "by-the-node");
+        let e = api.create(leases, &lease).await.unwrap_err();
+        assert_eq!(e.status().map(|s| s.as_u16()), Some(409), "{e}");
         let e = api
             .create(
                 "/api/v1/namespaces/default/configmaps",
@@ -108,7 +108,7 @@ fn requests_skip_a_dead_server_and_watches_stream_until_their_server_dies() {
             )
             .await
             .unwrap_err();
-        assert_eq!(e.status().map(|s| s.as_u16()), Some(409), "{e}");
+        assert_eq!(e.status().map(|s| s.as_u16()), Some(403), "{e}");
 
         // The server dies: the watch ends rather than waiting forever.
         let killed = Instant::now();

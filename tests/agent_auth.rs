@@ -2,7 +2,8 @@
 //! `/cacerts`, `/litek8s/v1/apiservers` and `POST /litek8s/v1/node-credential` (the join
 //! secret in, a client certificate out, bad requests refused); client certificates signed by
 //! the cluster CA authenticate kubectl, while one from another CA or an expired one is 401;
-//! a single server that becomes `--cluster-init` keeps its join token and its agents.
+//! RBAC gives a node credential the default `system:node` role; a single server that becomes
+//! `--cluster-init` keeps its join token and its agents.
 
 mod agent_support;
 mod support;
@@ -182,13 +183,26 @@ fn client_certificates_authenticate_and_bad_ones_are_401() {
     std::fs::create_dir(&good).unwrap();
     let good = kubeconfig_for(&good, &server, &cert, &key.serialize_pem());
     for bin in KUBECTLS {
-        let out = kubectl(bin, &good, &["get", "namespaces", "-o", "name"]);
+        // The node role lets it read nodes and services, not namespaces.
+        let out = kubectl(bin, &good, &["get", "services", "-A", "-o", "name"]);
         assert!(
             out.status.success(),
             "{bin}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(String::from_utf8_lossy(&out.stdout).contains("namespace/kube-node-lease"));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("service/kubernetes"));
+        let out = kubectl(bin, &good, &["get", "namespaces", "-o", "name"]);
+        assert!(
+            !out.status.success(),
+            "{bin}: a node may not list namespaces"
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(
+                r#"namespaces is forbidden: User "system:node:n1" cannot list resource "namespaces" in API group "" at the cluster scope"#
+            ),
+            "{bin}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     // Signed by another CA.

@@ -315,15 +315,28 @@ fn joins_a_three_server_cluster_through_a_follower() {
         let t1 = lease(&api, "n1").await.unwrap()["spec"]["renewTime"].clone();
         assert_ne!(t0, t1, "the Lease is renewed through the cluster");
     });
-    // The node's certificate works against every member, writes through a follower too.
+    // The node's certificate works against every member, writes through a follower too, and
+    // the leader authorizes them as the node (the default `system:node` role).
     let kubeconfig = agent.kubeconfig(&cluster.url(follower));
+    let out = kubectl(
+        KUBECTLS[1],
+        &kubeconfig,
+        &["label", "node", "n1", "written-through=follower"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = kubectl(
         KUBECTLS[1],
         &kubeconfig,
         &["create", "configmap", "from-a-node", "-n", "default"],
     );
     assert!(
-        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).contains(
+            r#"configmaps is forbidden: User "system:node:n1" cannot create resource "configmaps" in API group "" in the namespace "default""#
+        ),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

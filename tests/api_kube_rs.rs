@@ -11,7 +11,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
-use litek8s::api::{router, ApiContext, ApiSettings, User};
+use litek8s::api::{router, ApiContext, ApiSettings, UserInfo};
 use litek8s::kube::store::{Store, StoreConfig};
 use litek8s::kube::wal::{WalConfig, WalWriter};
 use serde_json::json;
@@ -40,7 +40,7 @@ async fn start() -> Server {
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| {
                     let ctx = ctx.clone();
-                    async move { Ok::<_, Infallible>(router::serve(ctx, req, User::admin()).await) }
+                    async move { Ok::<_, Infallible>(router::serve(ctx, req, UserInfo::admin()).await) }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(stream), service)

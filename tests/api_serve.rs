@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use litek8s::api::{router, ApiBody, ApiContext, ApiSettings, User};
+use litek8s::api::{router, ApiBody, ApiContext, ApiSettings, UserInfo};
 use litek8s::kube::store::{Store, StoreConfig};
 use litek8s::kube::wal::{WalConfig, WalWriter};
 use serde_json::{json, Value};
@@ -48,7 +48,7 @@ async fn harness() -> Harness {
 
 impl Harness {
     async fn raw(&self, req: Request<Full<Bytes>>) -> http::Response<ApiBody> {
-        router::serve(self.ctx.clone(), req, User::admin()).await
+        router::serve(self.ctx.clone(), req, UserInfo::admin()).await
     }
 
     async fn send(

@@ -9,6 +9,7 @@ use std::io::Write;
 use support::Server;
 
 const UNAUTHORIZED: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#;
+const FORBIDDEN_API: &str = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"forbidden: User \"system:anonymous\" cannot get path \"/api\"","reason":"Forbidden","details":{},"code":403}"#;
 
 #[test]
 fn tls_verifies_against_ca_for_local_names() {
@@ -71,15 +72,18 @@ fn plain_http_ignores_bearer_tokens() {
 }
 
 #[test]
-fn https_requires_a_valid_token_outside_health() {
+fn https_refuses_bad_tokens_and_authorizes_anonymous_requests() {
     let server = Server::start(&[]);
+    // No credential: `system:anonymous`, allowed only what RBAC allows it.
     let anonymous = server.https_get("/api", None);
-    assert_eq!(anonymous.status, 401);
-    assert_eq!(anonymous.body, UNAUTHORIZED);
+    assert_eq!(anonymous.status, 403);
+    assert_eq!(anonymous.body, FORBIDDEN_API);
     assert!(anonymous
         .headers
         .to_ascii_lowercase()
         .contains("content-type: application/json"));
+    let version = server.https_get("/version", None);
+    assert_eq!(version.status, 200, "{version:?}");
 
     let wrong = server.https_get(
         "/api/v1/namespaces",

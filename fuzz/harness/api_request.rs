@@ -23,7 +23,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use litek8s::api::{router, ApiContext, ApiSettings, User};
+use litek8s::api::{router, ApiContext, ApiSettings, UserInfo};
 use litek8s::kube::mutation::{ApplyError, Mutation};
 use litek8s::kube::object::{ObjectRef, StoredObject};
 use litek8s::kube::resources::{ResourceInfo, RESOURCES};
@@ -204,7 +204,7 @@ async fn send(ctx: &Arc<ApiContext>, call: &Call<'_>) -> Answer {
         .header("accept", call.accept)
         .body(Full::new(Bytes::copy_from_slice(call.body)))
         .expect("parse_call checked the URI");
-    let response = router::serve(ctx.clone(), request, User::admin()).await;
+    let response = router::serve(ctx.clone(), request, UserInfo::admin()).await;
     let status = response.status();
     let is_json = response
         .headers()

@@ -1,5 +1,5 @@
-//! What every API handler needs: the store, the writer, the server's settings and identity,
-//! and the authenticated user of the request.
+//! What every API handler needs: the store, the writer, the authorizer, the server's settings
+//! and identity.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -7,24 +7,9 @@ use std::time::SystemTime;
 
 use super::cluster_ip::ClusterIpAllocator;
 use super::node_port::NodePortAllocator;
+use crate::auth::rbac::Authorizer;
 use crate::kube::store::Store;
 use crate::kube::writer::{LocalReads, ReadBarrier, Writer};
-
-/// The authenticated caller of a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct User {
-    pub name: String,
-    pub groups: Vec<String>,
-}
-
-impl User {
-    pub fn admin() -> Self {
-        User {
-            name: "admin".into(),
-            groups: vec!["system:masters".into(), "system:authenticated".into()],
-        }
-    }
-}
 
 /// Settings the API layer reads (fixed for the life of the process).
 #[derive(Debug, Clone)]
@@ -54,6 +39,8 @@ pub struct ApiContext {
     pub cluster_ips: Arc<ClusterIpAllocator>,
     /// NodePorts handed out to Service writes still in flight (shared likewise).
     pub node_ports: Arc<NodePortAllocator>,
+    /// RBAC over this context's store (shared likewise).
+    pub authorizer: Arc<Authorizer>,
 }
 
 impl ApiContext {
@@ -62,6 +49,7 @@ impl ApiContext {
     pub fn new(store: Arc<Store>, writer: Arc<dyn Writer>, settings: ApiSettings) -> Self {
         let cluster_ips = ClusterIpAllocator::new(&settings.service_cidr);
         ApiContext {
+            authorizer: Arc::new(Authorizer::new(store.clone())),
             store,
             writer,
             reads: Arc::new(LocalReads),
@@ -86,6 +74,7 @@ impl ApiContext {
             ready: std::sync::atomic::AtomicBool::new(false),
             cluster_ips: self.cluster_ips.clone(),
             node_ports: self.node_ports.clone(),
+            authorizer: self.authorizer.clone(),
         }
     }
 

@@ -2,7 +2,7 @@
 //! tables, and the one place where errors become Kubernetes `Status` objects.
 //!
 //! The transport (`server::`) terminates TLS, authenticates the caller and then calls
-//! [`router::serve`] with the request and the authenticated [`User`]. Everything below that
+//! [`router::serve`] with the request and the authenticated [`UserInfo`]. Everything below that
 //! point is plain request → response.
 //!
 //! - `router`: path → handler, plus the anonymous health endpoints (`health`); `barrier`:
@@ -23,8 +23,11 @@
 //!   `ownership`: server-side apply and managedFields (algorithm in `kube::patch::apply`).
 //! - `output`: objects and lists in the requested form; `status`: every error as a `Status`.
 //! - `discovery`, `openapi`, `table`: what kubectl reads besides objects.
+//! - `access_review`: the access reviews (`kubectl auth can-i`, `whoami`), answered by the
+//!   authorizer every request passes (`auth`); `rbac_validation`: the RBAC kinds' checks.
 //! - `response`: small response builders.
 
+pub(crate) mod access_review;
 pub(crate) mod barrier;
 pub(crate) mod body;
 pub(crate) mod cluster_ip;
@@ -50,6 +53,7 @@ pub(crate) mod ownership;
 pub(crate) mod patch;
 pub(crate) mod patch_format;
 pub(crate) mod protobuf;
+pub(crate) mod rbac_validation;
 pub(crate) mod read;
 pub(crate) mod request;
 pub mod response;
@@ -67,7 +71,8 @@ pub(crate) mod write;
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 
-pub use context::{ApiContext, ApiSettings, User};
+pub use crate::auth::UserInfo;
+pub use context::{ApiContext, ApiSettings};
 
 /// Response body type for every handler: whole bodies and watch streams alike.
 pub type ApiBody = BoxBody<Bytes, std::io::Error>;

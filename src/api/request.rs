@@ -9,7 +9,7 @@ use percent_encoding::percent_decode_str;
 
 use super::status::ApiError;
 use super::table::IncludeObject;
-use super::{ApiContext, User};
+use super::{ApiContext, UserInfo};
 use crate::kube::object::ObjectKey;
 use crate::kube::resources::{self, ResourceInfo};
 
@@ -23,7 +23,7 @@ pub struct ApiRequest {
     pub form: Form,
     pub content_type: String,
     pub body: Bytes,
-    pub user: User,
+    pub user: UserInfo,
     /// The User-Agent header (names the field manager of writes without `fieldManager`).
     pub user_agent: String,
     /// `Warning` headers to send with the response (fieldValidation=Warn).

@@ -1,7 +1,10 @@
-//! Routes an authenticated request to its handler. The transport calls [`serve`] for
-//! authenticated HTTPS requests and [`serve_anonymous`] for plain HTTP and unauthenticated
-//! health checks. Both are generic over the request body so tests can drive them with
-//! in-memory bodies.
+//! Routes a request to its handler. The transport calls [`serve`] for HTTPS requests with the
+//! user they authenticated as (`system:anonymous` without credentials) and [`serve_anonymous`]
+//! for plain HTTP and health checks. [`serve`] answers the health endpoints first (as
+//! `system:public-info-viewer` lets everyone), then resolves impersonation and asks the
+//! authorizer (`auth`), so every other request — a kubectl's, a forwarded one, the in-process
+//! client's — is authorized before it is routed. Both are generic over the request body so
+//! tests can drive them with in-memory bodies.
 
 use std::sync::Arc;
 
@@ -12,9 +15,12 @@ use super::barrier::{self, Barrier};
 use super::request::{self, ApiRequest, Query};
 use super::status::ApiError;
 use super::{
-    body, create, delete, discovery, get, health, list, openapi, patch, subresource, update, watch,
-    ApiBody, ApiContext, User,
+    access_review, body, create, delete, discovery, get, health, list, openapi, patch, subresource,
+    update, watch, ApiBody, ApiContext, UserInfo,
 };
+use crate::auth::attributes::RequestInfo;
+use crate::auth::impersonation::{self, Refused};
+use crate::auth::rbac::Decision;
 
 fn header_str<B>(req: &Request<B>, name: header::HeaderName) -> String {
     req.headers()
@@ -30,8 +36,8 @@ fn verbose<B>(req: &Request<B>) -> bool {
         .any(|(k, v)| k == "verbose" && v != "false" && v != "0")
 }
 
-/// Serves an authenticated API request.
-pub async fn serve<B>(ctx: Arc<ApiContext>, req: Request<B>, user: User) -> Response<ApiBody>
+/// Serves an API request of `user`.
+pub async fn serve<B>(ctx: Arc<ApiContext>, req: Request<B>, user: UserInfo) -> Response<ApiBody>
 where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -39,6 +45,19 @@ where
     let path = req.uri().path().to_string();
     if let Some(resp) = health::respond(&ctx, &path, verbose(&req)) {
         return resp;
+    }
+    let user = match impersonation::resolve(&ctx.authorizer, user, req.headers()) {
+        Ok(user) => user,
+        Err(Refused::Malformed(reason)) => return ApiError::Internal(reason).into_response(),
+        Err(Refused::Forbidden {
+            caller,
+            what,
+            reason,
+        }) => return ApiError::denied(&caller, &what, &reason).into_response(),
+    };
+    let info = RequestInfo::from_request(req.method(), &path, req.uri().query());
+    if let Decision::Deny(reason) = ctx.authorizer.authorize(&user, &info) {
+        return ApiError::denied(&user.name, &info, &reason).into_response();
     }
     let accept = header_str(&req, header::ACCEPT);
     if path.starts_with("/openapi") || path.starts_with("/swagger") {
@@ -58,7 +77,7 @@ where
 async fn resource<B>(
     ctx: Arc<ApiContext>,
     req: Request<B>,
-    user: User,
+    user: UserInfo,
     path: &str,
     accept: &str,
 ) -> Result<Response<ApiBody>, ApiError>
@@ -103,6 +122,9 @@ async fn dispatch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
     let t = &req.target;
     let in_namespace = !t.info.namespaced || t.namespace.is_some();
     match (t.name.is_some(), t.subresource.as_deref(), &req.method) {
+        _ if t.info.is_create_only() && access_review::is_review(t.info.group) => {
+            access_review::create(req).await
+        }
         _ if t.info.is_create_only() => subresource::bindings(req).await,
         (false, None, &Method::GET) if req.query.watch => watch::watch(req).await,
         (false, None, &Method::GET) => list::list(req).await,

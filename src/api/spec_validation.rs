@@ -1,7 +1,8 @@
 //! Validation of kinds' specs with kube-apiserver's field paths and messages (422 Invalid with
 //! one cause per problem): containers (name, image, ports) of pods and pod templates, the
 //! controllers' selectors and their match with the template labels, service ports, and the
-//! fields an update may not change (a deployment's selector, a job's selector and template).
+//! fields an update may not change (a deployment's selector, a job's selector and template);
+//! the RBAC kinds' rules and references (`rbac_validation`).
 
 use serde_json::{Map, Value};
 
@@ -86,6 +87,9 @@ pub fn validate(
                 &mut causes,
             );
             cron_job_spec(name, old, object, &mut causes);
+        }
+        ("rbac.authorization.k8s.io", kind) => {
+            causes.extend(super::rbac_validation::causes(kind, old, object))
         }
         _ => {}
     }

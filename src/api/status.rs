@@ -123,6 +123,14 @@ pub enum ApiError {
     BadRequest(String),
     #[error("{0}")]
     Forbidden(String),
+    /// A 403 about a resource (or, with an empty `gr`, a path), as apimachinery's
+    /// `NewForbidden` words it: `pods is forbidden: User "x" cannot list …`.
+    #[error("{}", denied_message(.gr, .name, .detail))]
+    Denied {
+        gr: Gr,
+        name: String,
+        detail: String,
+    },
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
     #[error(
@@ -157,6 +165,20 @@ pub enum ApiError {
 
 /// The message upstream builds for 410 on an expired continue token.
 pub const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+fn denied_message(gr: &Gr, name: &str, detail: &str) -> String {
+    if gr.group.is_empty() && gr.plural.is_empty() {
+        format!("forbidden: {detail}")
+    } else if name.is_empty() {
+        format!("{} is forbidden: {detail}", gr.qualified())
+    } else {
+        format!(
+            "{} {} is forbidden: {detail}",
+            gr.qualified(),
+            crate::auth::messages::go_quote(name)
+        )
+    }
+}
 
 fn invalid_message(kind: &str, group: &str, name: &str, causes: &[Cause]) -> String {
     let qualified = if group.is_empty() {
@@ -197,6 +219,28 @@ impl ApiError {
             group: info.group.to_string(),
             name: name.to_string(),
             causes,
+        }
+    }
+
+    /// The 403 of a request the authorizer denied (`info` as it read the request), with the
+    /// authorizer's reason when it gave one.
+    pub fn denied(
+        user: &str,
+        info: &crate::auth::attributes::RequestInfo,
+        reason: &str,
+    ) -> ApiError {
+        let mut detail = crate::auth::messages::forbidden(user, info);
+        if !reason.is_empty() {
+            detail.push_str(": ");
+            detail.push_str(reason);
+        }
+        ApiError::Denied {
+            gr: Gr {
+                group: info.api_group.clone(),
+                plural: info.resource.clone(),
+            },
+            name: info.name.clone(),
+            detail,
         }
     }
 
@@ -247,7 +291,7 @@ impl ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::Denied { .. } => StatusCode::FORBIDDEN,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -273,7 +317,7 @@ impl ApiError {
             ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
             ApiError::Invalid { .. } | ApiError::Unprocessable(_) => "Invalid",
             ApiError::BadRequest(_) => "BadRequest",
-            ApiError::Forbidden(_) => "Forbidden",
+            ApiError::Forbidden(_) | ApiError::Denied { .. } => "Forbidden",
             ApiError::MethodNotAllowed => "MethodNotAllowed",
             ApiError::NotAcceptable(_) => "NotAcceptable",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
@@ -318,6 +362,19 @@ impl ApiError {
                     .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
                     .collect();
                 d.insert("causes".into(), Value::Array(causes));
+                Some(Value::Object(d))
+            }
+            ApiError::Denied { gr, name, .. } => {
+                let mut d = Map::new();
+                if !name.is_empty() {
+                    d.insert("name".into(), json!(name));
+                }
+                if !gr.group.is_empty() {
+                    d.insert("group".into(), json!(gr.group));
+                }
+                if !gr.plural.is_empty() {
+                    d.insert("kind".into(), json!(gr.plural));
+                }
                 Some(Value::Object(d))
             }
             ApiError::ApplyConflict { causes, .. } => Some(json!({

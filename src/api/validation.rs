@@ -43,8 +43,8 @@ pub fn name_causes(info: &ResourceInfo, name: &str) -> Vec<Cause> {
                 causes.push(Cause::invalid("metadata.name", &value, LABEL_MSG));
             }
         }
-        (_, "events") => {
-            // Events only need a valid path segment.
+        (_, "events") | ("rbac.authorization.k8s.io", _) => {
+            // Events and RBAC objects (`system:node`) only need a valid path segment.
             for bad in ["/", "%"] {
                 if name.contains(bad) {
                     causes.push(Cause::invalid(

@@ -97,6 +97,11 @@ pub struct ApiserverArgs {
     /// the pod's own spec.nodeName, places them.
     #[arg(long)]
     pub disable_scheduler: bool,
+
+    /// Static bearer tokens, in kube-apiserver's CSV format (token,user,uid,"group1,group2"),
+    /// read at start.
+    #[arg(long, value_name = "PATH")]
+    pub token_auth_file: Option<PathBuf>,
 }
 
 /// Parses a Go duration (`1h`, `30m`, `1h30m10s`, `500ms`), as kube-apiserver's flags take.
@@ -171,6 +176,7 @@ impl ApiserverArgs {
             cluster_cidr: self.cluster_cidr,
             run_controller_manager: !self.disable_controller_manager,
             run_scheduler: !self.disable_scheduler,
+            token_auth_file: self.token_auth_file,
             cluster: ClusterFlags {
                 init: self.cluster_init,
                 server: self.server,

@@ -24,7 +24,7 @@ use http::{Method, Request};
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 
-use crate::api::{router, ApiContext, User};
+use crate::api::{router, ApiContext, UserInfo};
 use crate::kube::object::{ObjectKey, ObjectRef};
 use crate::kube::resources::ResourceInfo;
 use crate::kube::store::Store;
@@ -117,14 +117,14 @@ pub struct DeleteOptions {
 #[derive(Clone)]
 pub struct Client {
     ctx: Arc<ApiContext>,
-    user: User,
+    user: UserInfo,
     /// The field manager of this caller's writes, also sent as its User-Agent.
     manager: Arc<str>,
 }
 
 impl Client {
     /// A client writing through `ctx` as `user`, recorded in managedFields as `manager`.
-    pub fn new(ctx: Arc<ApiContext>, user: User, manager: &str) -> Client {
+    pub fn new(ctx: Arc<ApiContext>, user: UserInfo, manager: &str) -> Client {
         Client {
             ctx,
             user,
@@ -374,32 +374,29 @@ pub fn object_path(
     path
 }
 
-/// The identities internal callers act as (the users kube-apiserver's own components use).
+/// The identities internal callers act as: the users kube-apiserver's own components
+/// authenticate as, authorized like any other caller.
 pub mod identities {
-    use crate::api::User;
+    use crate::auth::user::{AUTHENTICATED, MASTERS};
+    use crate::auth::UserInfo;
 
-    /// kube-controller-manager's user.
-    pub fn controller_manager() -> User {
-        User {
-            name: "system:kube-controller-manager".into(),
-            groups: vec!["system:authenticated".into()],
-        }
+    /// kube-controller-manager's user. Upstream each controller acts as a service account
+    /// of its own bound to its `system:controller:*` role; the in-process controllers share
+    /// this one identity, so it is in `system:masters` (docs/guarantees.md, Authentication
+    /// and authorization).
+    pub fn controller_manager() -> UserInfo {
+        UserInfo::new("system:kube-controller-manager", &[MASTERS, AUTHENTICATED])
     }
 
-    /// kube-scheduler's user.
-    pub fn scheduler() -> User {
-        User {
-            name: "system:kube-scheduler".into(),
-            groups: vec!["system:authenticated".into()],
-        }
+    /// kube-scheduler's user: what it may do is the default `system:kube-scheduler` and
+    /// `system:volume-scheduler` ClusterRoles.
+    pub fn scheduler() -> UserInfo {
+        UserInfo::new("system:kube-scheduler", &[AUTHENTICATED])
     }
 
     /// The API server's own loopback user (bootstrap objects, identity Leases, endpoints).
-    pub fn apiserver() -> User {
-        User {
-            name: "system:apiserver".into(),
-            groups: vec!["system:masters".into(), "system:authenticated".into()],
-        }
+    pub fn apiserver() -> UserInfo {
+        UserInfo::new("system:apiserver", &[MASTERS, AUTHENTICATED])
     }
 }
 

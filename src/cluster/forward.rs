@@ -1,8 +1,10 @@
 //! Whole-request forwarding (docs/guarantees.md, Writes): a client write reaching a follower goes
 //! to the leader as the same HTTP request, so allocators (ClusterIPs, NodePorts) and admission run
 //! in one place. The follower authenticates the client, then sends the request with the cluster
-//! secret as bearer token and the authenticated user in `x-litek8s-forwarded-user` — a header the
-//! leader honours only together with the secret. The leader answers with its store's
+//! secret as bearer token and the authenticated user (name, uid, groups, extra, as JSON) in
+//! `x-litek8s-forwarded-user` — a header the leader honours only together with the secret, so
+//! the leader authorizes the user the follower authenticated. From anyone else the header is
+//! ignored (and logged): the request is authenticated by its own credential. The leader answers with its store's
 //! resourceVersion in `x-litek8s-resource-version`; the follower answers its client once it has
 //! applied that far (read-your-writes through one server).
 
@@ -13,14 +15,13 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use serde::{Deserialize, Serialize};
 
 use super::node::{ClusterNode, Leadership};
 use super::peer::PeerError;
 use super::raft_writer::NO_LEADER_TIMEOUT;
-use crate::api::context::User;
 use crate::api::status::ApiError;
 use crate::api::{response, ApiBody};
+use crate::auth::UserInfo;
 
 /// The user a follower authenticated, sent to the leader with the cluster secret.
 pub const FORWARDED_USER: &str = "x-litek8s-forwarded-user";
@@ -33,24 +34,22 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a follower waits to apply what the leader acknowledged.
 const APPLY_WAIT: Duration = Duration::from_secs(10);
 
-#[derive(Serialize, Deserialize)]
-struct ForwardedUser {
-    name: String,
-    groups: Vec<String>,
-}
-
-/// Whether a request is a client write that a follower forwards.
+/// Whether a request is a client write that a follower forwards. The access reviews
+/// (`authorization.k8s.io`, `authentication.k8s.io`) are POSTs that write nothing: every
+/// member answers them from its own store.
 pub fn is_forwardable_write<B>(req: &Request<B>) -> bool {
     let path = req.uri().path();
     matches!(
         *req.method(),
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
     ) && (path.starts_with("/api/") || path.starts_with("/apis/"))
+        && !path.starts_with("/apis/authorization.k8s.io/")
+        && !path.starts_with("/apis/authentication.k8s.io/")
 }
 
 /// The user of a request forwarded by a peer: present only when the request carries the
 /// cluster secret; a request with the secret and no user header is refused (`None`).
-pub fn forwarded_user<B>(node: &ClusterNode, req: &Request<B>) -> Option<User> {
+pub fn forwarded_user<B>(node: &ClusterNode, req: &Request<B>) -> Option<UserInfo> {
     let token = req
         .headers()
         .get(header::AUTHORIZATION)?
@@ -59,12 +58,25 @@ pub fn forwarded_user<B>(node: &ClusterNode, req: &Request<B>) -> Option<User> {
     if !node.secret.matches(token) {
         return None;
     }
-    let user: ForwardedUser =
-        serde_json::from_slice(req.headers().get(FORWARDED_USER)?.as_bytes()).ok()?;
-    Some(User {
-        name: user.name,
-        groups: user.groups,
-    })
+    serde_json::from_slice(req.headers().get(FORWARDED_USER)?.as_bytes()).ok()
+}
+
+/// The header value carrying `user`: its JSON with every non-ASCII character escaped, so it
+/// is a valid header value whatever the names hold.
+fn user_header(user: &UserInfo) -> Option<HeaderValue> {
+    let json = serde_json::to_string(user).ok()?;
+    let mut ascii = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c.is_ascii() {
+            ascii.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                ascii.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    HeaderValue::from_str(&ascii).ok()
 }
 
 /// Stamps the leader's resourceVersion on the answer to a forwarded request.
@@ -90,18 +102,13 @@ fn error(e: ApiError) -> Routed {
 
 /// Forwards `req` (authenticated as `user`) to the leader, or hands it back when this member
 /// leads.
-pub async fn route(node: &Arc<ClusterNode>, req: Request<Incoming>, user: &User) -> Routed {
+pub async fn route(node: &Arc<ClusterNode>, req: Request<Incoming>, user: &UserInfo) -> Routed {
     let (parts, body) = req.into_parts();
     let body = match Limited::new(body, MAX_FORWARDED_BODY).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(_) => return error(ApiError::TooLarge(MAX_FORWARDED_BODY)),
     };
-    let user_header = serde_json::to_vec(&ForwardedUser {
-        name: user.name.clone(),
-        groups: user.groups.clone(),
-    })
-    .ok()
-    .and_then(|bytes| HeaderValue::from_bytes(&bytes).ok());
+    let user_header = user_header(user);
     let deadline = tokio::time::Instant::now() + NO_LEADER_TIMEOUT;
     loop {
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -188,4 +195,21 @@ async fn relay(node: &ClusterNode, answer: Response<Bytes>) -> Response<ApiBody>
         *response.status_mut() = StatusCode::BAD_GATEWAY;
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_user_header_round_trips_any_name() {
+        let mut user = UserInfo::new("zoë 🦀", &["g\"quoted\"", "system:authenticated"]);
+        user.uid = "1000".into();
+        user.extra
+            .insert("scopes".into(), vec!["a".into(), "b".into()]);
+        let value = user_header(&user).expect("a header value");
+        assert!(value.as_bytes().is_ascii());
+        let back: UserInfo = serde_json::from_slice(value.as_bytes()).unwrap();
+        assert_eq!(back, user);
+    }
 }

@@ -20,7 +20,8 @@ pub const SYSTEM_NAMESPACES: [&str; 4] =
     ["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// Whether `store` holds the bootstrap objects clients expect of a running cluster: the system
-/// namespaces and the `default/kubernetes` Service. A cluster member stays not ready until they
+/// namespaces, the `default/kubernetes` Service and the default RBAC roles and bindings
+/// (`rbac_defaults`). A cluster member stays not ready until they
 /// have been created (by the leader) and have reached its own store, as kube-apiserver's
 /// `/readyz` waits for its bootstrap post-start hook: a client that waits for readiness and
 /// then creates something in `default` must not be told the namespace does not exist.
@@ -31,6 +32,7 @@ pub fn present(store: &Store) -> bool {
         && store
             .get(&ObjectKey::new("services", "default", "kubernetes"))
             .is_some()
+        && super::rbac_defaults::present(store)
 }
 
 /// Why the bootstrap objects could not be ensured.
@@ -273,7 +275,15 @@ mod tests {
             rv,
             "second run must not write"
         );
+        assert!(
+            !present(&ctx.store),
+            "the default RBAC objects are part of it"
+        );
+        super::super::rbac_defaults::reconcile(&client)
+            .await
+            .unwrap();
         assert!(present(&ctx.store));
+        let rv = ctx.store.resource_version();
 
         let ns = ctx
             .store

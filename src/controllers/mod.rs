@@ -11,7 +11,8 @@
 //! - [`events`]: the event recorder (aggregation, spam filter, bounded);
 //!   [`objects`]: selectors, owner references, pod conditions and times read from objects.
 //! - [`leader_lease`]: the `kube-controller-manager` and `kube-scheduler` Leases;
-//!   [`bootstrap`]: the system namespaces and the `kubernetes` Service and endpoints.
+//!   [`bootstrap`]: the system namespaces and the `kubernetes` Service and endpoints;
+//!   [`rbac_defaults`]: the default roles and bindings, reconciled before the controllers start.
 //! - Controllers, one file or folder each: [`service_account`] (`default` in every namespace),
 //!   [`root_ca`] (`kube-root-ca.crt` in every namespace), [`event_ttl`] (Events expire),
 //!   [`node_lifecycle`] (silent nodes, taints from conditions), [`node_ipam`] (pod CIDRs), [`taint_eviction`] (pods
@@ -20,8 +21,9 @@
 //!   (PodDisruptionBudget status), [`namespace`] (deleted namespaces emptied),
 //!   [`garbage_collector`] (owner references and propagation policies), [`replicaset`]
 //!   (ReplicaSets and ReplicationControllers), [`deployment`]
-//!   (Deployments), [`statefulset`] (StatefulSets), [`daemonset`] (DaemonSets); [`taints`]:
-//!   taints and tolerations.
+//!   (Deployments), [`statefulset`] (StatefulSets), [`daemonset`] (DaemonSets);
+//!   [`clusterrole_aggregation`] (aggregated ClusterRoles' rules); [`taints`]: taints and
+//!   tolerations.
 //! - [`claim`]: adopting and releasing objects by selector and controller reference;
 //!   [`pod_control`]: pods from templates, with events and slow-start batches;
 //!   [`template`]: pod template hashes and comparison; [`history`]: ControllerRevisions.
@@ -35,6 +37,7 @@
 
 pub(crate) mod bootstrap;
 pub(crate) mod claim;
+pub(crate) mod clusterrole_aggregation;
 pub(crate) mod cronjob;
 pub(crate) mod daemonset;
 pub(crate) mod deployment;
@@ -54,6 +57,7 @@ pub(crate) mod objects;
 pub(crate) mod pod_control;
 pub(crate) mod pod_gc;
 pub(crate) mod queue;
+pub(crate) mod rbac_defaults;
 pub(crate) mod replicaset;
 pub(crate) mod root_ca;
 pub(crate) mod runner;

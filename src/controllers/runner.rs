@@ -5,8 +5,11 @@
 //! While this server leads, a session runs:
 //! 1. the bootstrap objects and the `kubernetes` Service's endpoints, checked every 5 s
 //!    against the API servers that are up to date (`bootstrap`);
-//! 2. the control plane's leader Leases, renewed every 2 s (`leader_lease`);
-//! 3. the shared informers and every controller's workers, and the scheduler's loop, once the
+//! 2. the default RBAC roles and bindings, reconciled once the system namespaces exist
+//!    (`rbac_defaults`); everything below waits for them, since the scheduler is authorized by
+//!    its default role;
+//! 3. the control plane's leader Leases, renewed every 2 s (`leader_lease`);
+//! 4. the shared informers and every controller's workers, and the scheduler's loop, once the
 //!    caches are synced.
 //!
 //! When leadership goes (or the server stops) the session's token is cancelled: every loop
@@ -21,6 +24,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::bootstrap::{self, ApiServers};
+use super::clusterrole_aggregation::ClusterRoleAggregation;
 use super::cronjob::CronJobs;
 use super::daemonset::DaemonSets;
 use super::deployment::Deployments;
@@ -42,7 +46,7 @@ use super::statefulset::StatefulSets;
 use super::taint_eviction::TaintEviction;
 use super::ttl_after_finished::TtlAfterFinished;
 use super::worker::{self, Controller};
-use super::{leader_lease, scheduler, Shared};
+use super::{leader_lease, rbac_defaults, scheduler, Shared};
 use crate::api::ApiContext;
 use crate::client::{identities, Client};
 
@@ -155,6 +159,7 @@ fn controller_manager(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<Jobs>(builder),
         launch::<CronJobs>(builder),
         launch::<TtlAfterFinished>(builder),
+        launch::<ClusterRoleAggregation>(builder),
     ]
 }
 
@@ -184,37 +189,84 @@ fn start_session(
         settings: settings.clone(),
         stop: stop.clone(),
     };
-    if settings.run_controller_manager {
-        tokio::spawn(leader_lease::hold(
-            shared.controller_manager.clone(),
-            "kube-controller-manager",
-            identity.to_string(),
-            stop.clone(),
-        ));
-    }
-    if settings.run_scheduler {
-        tokio::spawn(leader_lease::hold(
-            shared.scheduler.clone(),
-            "kube-scheduler",
-            identity.to_string(),
-            stop.clone(),
-        ));
-    }
     tokio::spawn(keep_bootstrap_objects(
         shared.apiserver.clone(),
         inputs.api_servers.clone(),
         inputs.bootstrap_delay,
         stop.clone(),
     ));
+    let store = inputs.ctx.store.clone();
+    let identity = identity.to_string();
+    tokio::spawn(async move {
+        if ensure_rbac_defaults(&shared.apiserver, &stop).await {
+            start_control_plane(shared, identity, store, stop);
+        }
+    });
+}
+
+/// The leader Leases, the informers, the controllers and the scheduler.
+fn start_control_plane(
+    shared: Shared,
+    identity: String,
+    store: Arc<crate::kube::store::Store>,
+    stop: CancellationToken,
+) {
+    if shared.settings.run_controller_manager {
+        tokio::spawn(leader_lease::hold(
+            shared.controller_manager.clone(),
+            "kube-controller-manager",
+            identity.clone(),
+            stop.clone(),
+        ));
+    }
+    if shared.settings.run_scheduler {
+        tokio::spawn(leader_lease::hold(
+            shared.scheduler.clone(),
+            "kube-scheduler",
+            identity,
+            stop.clone(),
+        ));
+    }
     let mut builder = InformersBuilder::new();
-    let launches = controllers(&mut builder, settings);
-    let informers = Arc::new(builder.start(inputs.ctx.store.clone()));
+    let launches = controllers(&mut builder, &shared.settings);
+    let informers = Arc::new(builder.start(store));
     {
         let (informers, stop) = (informers.clone(), stop.clone());
         tokio::spawn(async move { informers.run(stop).await });
     }
     for start in launches {
         start(&shared, &informers, stop.clone());
+    }
+}
+
+/// Reconciles the default RBAC objects once the namespaces they live in exist, retrying until
+/// it succeeds; false when `stop` came first.
+async fn ensure_rbac_defaults(client: &Client, stop: &CancellationToken) -> bool {
+    let mut failing = false;
+    loop {
+        let store = client.store();
+        let namespaces_exist = ["kube-system", "kube-public"].iter().all(|ns| {
+            store
+                .get(&crate::kube::object::ObjectKey::new("namespaces", "", *ns))
+                .is_some()
+        });
+        if namespaces_exist {
+            tokio::select! {
+                _ = stop.cancelled() => return false,
+                result = rbac_defaults::reconcile(client) => match result {
+                    Ok(()) => return true,
+                    Err(e) if !failing => {
+                        failing = true;
+                        tracing::warn!(component = "controllers", error = %e, "default RBAC objects: retrying");
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return false,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
     }
 }
 

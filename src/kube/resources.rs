@@ -153,8 +153,16 @@ pub struct Subresource {
 /// (group, plural) of kinds whose discovery verbs lack `deletecollection`.
 const WITHOUT_DELETECOLLECTION: &[(&str, &str)] = &[("", "namespaces")];
 
-/// (group, plural) of resources that only take creates and store nothing.
-const CREATE_ONLY: &[(&str, &str)] = &[("", "bindings")];
+/// (group, plural) of resources that only take creates and store nothing: the legacy
+/// `bindings` and the access reviews (`api::access_review`).
+const CREATE_ONLY: &[(&str, &str)] = &[
+    ("", "bindings"),
+    ("authorization.k8s.io", "selfsubjectaccessreviews"),
+    ("authorization.k8s.io", "subjectaccessreviews"),
+    ("authorization.k8s.io", "localsubjectaccessreviews"),
+    ("authorization.k8s.io", "selfsubjectrulesreviews"),
+    ("authentication.k8s.io", "selfsubjectreviews"),
+];
 
 /// (group, plural) of kinds with a `scale` subresource (autoscaling/v1 Scale).
 const SCALABLE: &[(&str, &str)] = &[
@@ -268,6 +276,16 @@ pub static RESOURCES: &[ResourceInfo] = &[
     resource!("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", NO_NAMES, NO_NAMES,
         namespaced: false, status: false, generation: false, fields: &[]),
     resource!("storage.k8s.io", "v1", "StorageClass", "storageclasses", "storageclass", &["sc"], NO_NAMES,
+        namespaced: false, status: false, generation: false, fields: &[]),
+    resource!("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview", NO_NAMES, NO_NAMES,
+        namespaced: false, status: false, generation: false, fields: &[]),
+    resource!("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview", NO_NAMES, NO_NAMES,
+        namespaced: false, status: false, generation: false, fields: &[]),
+    resource!("authorization.k8s.io", "v1", "LocalSubjectAccessReview", "localsubjectaccessreviews", "localsubjectaccessreview", NO_NAMES, NO_NAMES,
+        namespaced: true, status: false, generation: false, fields: &[]),
+    resource!("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews", "selfsubjectrulesreview", NO_NAMES, NO_NAMES,
+        namespaced: false, status: false, generation: false, fields: &[]),
+    resource!("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview", NO_NAMES, NO_NAMES,
         namespaced: false, status: false, generation: false, fields: &[]),
 ];
 

@@ -1,13 +1,18 @@
-//! Authentication: who is calling. Two credentials exist: a client certificate chained to the
-//! cluster CA (node agents hold one: `cluster::node_credential`), checked once per connection
-//! when the TLS handshake ends, and the admin bearer token, compared in constant time. A
-//! certificate's common name is the user name and its organizations are the groups, as
-//! kube-apiserver reads them. A request without a valid credential is anonymous; `dispatch`
-//! decides what anonymous callers may reach.
+//! Authentication: who is calling. Three credentials exist: a client certificate chained to
+//! the cluster CA (node agents hold one: `cluster::node_credential`), checked once per
+//! connection when the TLS handshake ends; the admin bearer token, compared in constant time;
+//! and the tokens of `--token-auth-file` (`auth::token_file`). A certificate's common name is
+//! the user name and its organizations are the groups, as kube-apiserver reads them; every
+//! authenticated user is also in `system:authenticated`.
+//!
+//! As with kube-apiserver, a request without any credential is anonymous (`system:anonymous`
+//! in `system:unauthenticated`, allowed what RBAC allows it), while a credential that does not
+//! check out — a certificate from another CA or expired, an unknown bearer token — is refused
+//! with 401. A client certificate is looked at first.
 //!
 //! Where the credentials that are not built yet go (docs/guarantees.md, Authentication and
 //! authorization): service-account tokens are further bearer-token kinds checked in
-//! [`Authenticator::authenticate`] after the admin token.
+//! [`Authenticator::authenticate`] after the static tokens.
 
 use std::sync::Arc;
 
@@ -18,26 +23,35 @@ use rustls::server::danger::ClientCertVerifier;
 
 use super::admin_token::AdminToken;
 use super::error::ServerError;
-use crate::api::User;
-
-/// The group every authenticated user is in.
-const AUTHENTICATED: &str = "system:authenticated";
+use crate::auth::token_file::TokenFile;
+use crate::auth::UserInfo;
 
 /// What the transport knows about the connection a request came in on.
 #[derive(Debug, Clone, Default)]
 pub struct Connection {
     /// Whether the connection is TLS (only TLS connections are ever authenticated).
     pub tls: bool,
-    /// The user of the client certificate presented in the handshake, if it chained to the
-    /// cluster CA and was valid then.
-    pub client_cert: Option<CertUser>,
+    /// The client certificate presented in the handshake.
+    pub client_cert: ClientCert,
+}
+
+/// A connection's client certificate.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ClientCert {
+    /// None was presented.
+    #[default]
+    None,
+    /// It chained to the cluster CA and was valid at the handshake.
+    Valid(CertUser),
+    /// It did not chain to the cluster CA, was outside its validity, or named no user.
+    Refused,
 }
 
 /// The user a client certificate names, and when the certificate is valid (Unix seconds):
 /// a connection may outlive its certificate, so every request checks again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertUser {
-    pub user: User,
+    pub user: UserInfo,
     pub not_before: i64,
     pub not_after: i64,
 }
@@ -48,17 +62,30 @@ impl CertUser {
     }
 }
 
+/// The outcome of authenticating one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authenticated {
+    User(UserInfo),
+    /// No credential at all.
+    Anonymous,
+    /// A credential that does not check out (answered 401).
+    Refused,
+}
+
 /// Checks credentials against the server's known identities.
 #[derive(Debug, Clone)]
 pub struct Authenticator {
     admin: AdminToken,
+    /// `--token-auth-file`'s users.
+    tokens: Arc<TokenFile>,
     /// Chains client certificates to the cluster CA.
     client_certs: Arc<dyn ClientCertVerifier>,
 }
 
 impl Authenticator {
-    /// Accepts the admin token and client certificates signed by the CA in `ca_pem`.
-    pub fn new(admin: AdminToken, ca_pem: &str) -> Result<Self, ServerError> {
+    /// Accepts the admin token, the tokens of `tokens` and client certificates signed by the
+    /// CA in `ca_pem`.
+    pub fn new(admin: AdminToken, tokens: TokenFile, ca_pem: &str) -> Result<Self, ServerError> {
         let client_certs =
             super::tls::client_cert_verifier(ca_pem).map_err(|reason| ServerError::Crypto {
                 what: "the client certificate verifier",
@@ -66,13 +93,22 @@ impl Authenticator {
             })?;
         Ok(Authenticator {
             admin,
+            tokens: Arc::new(tokens),
             client_certs,
         })
     }
 
-    /// The user of a certificate chain a client presented (leaf first), or `None` if it
-    /// does not chain to the cluster CA, is outside its validity, or names no user.
-    pub fn client_certificate(&self, chain: &[CertificateDer<'_>]) -> Option<CertUser> {
+    /// What a certificate chain a client presented (leaf first) says: refused when it does
+    /// not chain to the cluster CA, is outside its validity, or names no user.
+    pub fn client_certificate(&self, chain: &[CertificateDer<'_>]) -> ClientCert {
+        match self.certificate_user(chain) {
+            Some(user) => ClientCert::Valid(user),
+            None if chain.is_empty() => ClientCert::None,
+            None => ClientCert::Refused,
+        }
+    }
+
+    fn certificate_user(&self, chain: &[CertificateDer<'_>]) -> Option<CertUser> {
         let (leaf, intermediates) = chain.split_first()?;
         if let Err(e) = self
             .client_certs
@@ -87,45 +123,52 @@ impl Authenticator {
         if name.is_empty() {
             return None;
         }
-        let mut groups: Vec<String> = subject
+        let groups: Vec<String> = subject
             .iter_organization()
             .filter_map(|o| o.as_str().ok())
             .map(str::to_string)
             .collect();
-        groups.push(AUTHENTICATED.to_string());
         let validity = cert.validity();
         Some(CertUser {
-            user: User {
+            user: UserInfo {
                 name: name.to_string(),
                 groups,
-            },
+                ..UserInfo::default()
+            }
+            .with_authenticated_group(),
             not_before: validity.not_before.timestamp(),
             not_after: validity.not_after.timestamp(),
         })
     }
 
-    /// The user a request authenticates as, or `None` for an anonymous (or wrongly
-    /// credentialed) caller. A client certificate is looked at first, as kube-apiserver
-    /// does. Plain-HTTP requests are always anonymous: a token sent in the clear is not
-    /// accepted.
-    pub fn authenticate<B>(&self, conn: &Connection, req: &Request<B>) -> Option<User> {
+    /// The user a request authenticates as. Plain-HTTP requests are always anonymous: a
+    /// token sent in the clear is not accepted.
+    pub fn authenticate<B>(&self, conn: &Connection, req: &Request<B>) -> Authenticated {
         if !conn.tls {
-            return None;
+            return Authenticated::Anonymous;
         }
-        if let Some(cert) = &conn.client_cert {
-            if cert.valid_at(chrono::Utc::now().timestamp()) {
-                return Some(cert.user.clone());
+        match &conn.client_cert {
+            ClientCert::Valid(cert) if cert.valid_at(chrono::Utc::now().timestamp()) => {
+                return Authenticated::User(cert.user.clone());
             }
+            ClientCert::Valid(_) | ClientCert::Refused => return Authenticated::Refused,
+            ClientCert::None => {}
         }
-        let token = bearer_token(req)?;
+        let Some(token) = bearer_token(req) else {
+            return Authenticated::Anonymous;
+        };
         if self.admin.matches(token) {
-            return Some(User::admin());
+            return Authenticated::User(UserInfo::admin());
         }
-        None
+        if let Some(user) = self.tokens.user(token) {
+            return Authenticated::User(user.clone().with_authenticated_group());
+        }
+        Authenticated::Refused
     }
 }
 
-/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
+/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive); `None`
+/// without one (another scheme, as kube-apiserver's token authenticator ignores it).
 fn bearer_token<B>(req: &Request<B>) -> Option<&[u8]> {
     let value = req.headers().get(AUTHORIZATION)?.as_bytes();
     let (scheme, rest) = value.split_at(value.iter().position(|b| *b == b' ')?);
@@ -152,30 +195,48 @@ mod tests {
     fn bearer_tokens() {
         let dir = tempfile::tempdir().unwrap();
         let token = AdminToken::load_or_create(&dir.path().join("t")).unwrap();
-        let authn = Authenticator::new(token.clone(), &test_ca().0).unwrap();
+        let file = dir.path().join("tokens.csv");
+        std::fs::write(&file, "static-token,alice,1000,\"dev,ops\"\n").unwrap();
+        let tokens = TokenFile::load(&file).unwrap();
+        let authn = Authenticator::new(token.clone(), tokens, &test_ca().0).unwrap();
         let tls = Connection {
             tls: true,
             ..Default::default()
         };
+        let admin = Authenticated::User(UserInfo::admin());
         let good = format!("Bearer {}", token.as_str());
-        assert_eq!(
-            authn.authenticate(&tls, &parts(Some(&good))),
-            Some(User::admin())
-        );
+        assert_eq!(authn.authenticate(&tls, &parts(Some(&good))), admin);
         let lower = format!("bearer  {}", token.as_str());
+        assert_eq!(authn.authenticate(&tls, &parts(Some(&lower))), admin);
+        let Authenticated::User(alice) =
+            authn.authenticate(&tls, &parts(Some("Bearer static-token")))
+        else {
+            panic!("the token file's user")
+        };
+        assert_eq!(alice.uid, "1000");
+        assert_eq!(alice.groups, ["dev", "ops", "system:authenticated"]);
+        // A token nobody issued is refused; no token (or another scheme) is anonymous.
         assert_eq!(
-            authn.authenticate(&tls, &parts(Some(&lower))),
-            Some(User::admin())
+            authn.authenticate(&tls, &parts(Some("Bearer nope"))),
+            Authenticated::Refused
         );
-        assert_eq!(authn.authenticate(&tls, &parts(Some("Bearer nope"))), None);
         assert_eq!(
             authn.authenticate(&tls, &parts(Some(&format!("Basic {}", token.as_str())))),
-            None
+            Authenticated::Anonymous
         );
-        assert_eq!(authn.authenticate(&tls, &parts(Some("Bearer"))), None);
-        assert_eq!(authn.authenticate(&tls, &parts(None)), None);
+        assert_eq!(
+            authn.authenticate(&tls, &parts(Some("Bearer"))),
+            Authenticated::Anonymous
+        );
+        assert_eq!(
+            authn.authenticate(&tls, &parts(None)),
+            Authenticated::Anonymous
+        );
         let plain = Connection::default();
-        assert_eq!(authn.authenticate(&plain, &parts(Some(&good))), None);
+        assert_eq!(
+            authn.authenticate(&plain, &parts(Some(&good))),
+            Authenticated::Anonymous
+        );
     }
 
     /// A CA: its PEM certificate and its key.
@@ -218,40 +279,52 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let token = AdminToken::load_or_create(&dir.path().join("t")).unwrap();
         let ca = test_ca();
-        let authn = Authenticator::new(token, &ca.0).unwrap();
+        let authn = Authenticator::new(token, TokenFile::default(), &ca.0).unwrap();
         let now = chrono::Utc::now().year();
         use chrono::Datelike;
         let node = client_cert(&ca, "system:node:n1", &["system:nodes"], (now - 1, now + 1));
-        let cert = authn
-            .client_certificate(&[node])
-            .expect("a node certificate");
+        let ClientCert::Valid(cert) = authn.client_certificate(&[node]) else {
+            panic!("a node certificate")
+        };
         assert_eq!(cert.user.name, "system:node:n1");
         assert_eq!(cert.user.groups, ["system:nodes", "system:authenticated"]);
         let conn = Connection {
             tls: true,
-            client_cert: Some(cert.clone()),
+            client_cert: ClientCert::Valid(cert.clone()),
         };
+        // The certificate counts, whatever token comes with it.
         assert_eq!(
-            authn.authenticate(&conn, &parts(None)),
-            Some(cert.user.clone())
+            authn.authenticate(&conn, &parts(Some("Bearer nope"))),
+            Authenticated::User(cert.user.clone())
         );
-        // A connection that outlives its certificate is anonymous from then on.
+        // A connection that outlives its certificate is refused from then on.
         let expired_meanwhile = Connection {
             tls: true,
-            client_cert: Some(CertUser {
+            client_cert: ClientCert::Valid(CertUser {
                 not_after: chrono::Utc::now().timestamp() - 1,
                 ..cert
             }),
         };
-        assert_eq!(authn.authenticate(&expired_meanwhile, &parts(None)), None);
+        assert_eq!(
+            authn.authenticate(&expired_meanwhile, &parts(None)),
+            Authenticated::Refused
+        );
 
         let expired = client_cert(&ca, "system:node:n1", &[], (now - 3, now - 1));
-        assert_eq!(authn.client_certificate(&[expired]), None);
+        assert_eq!(authn.client_certificate(&[expired]), ClientCert::Refused);
         let other_ca = test_ca();
         let foreign = client_cert(&other_ca, "system:node:n1", &[], (now - 1, now + 1));
-        assert_eq!(authn.client_certificate(&[foreign]), None);
+        assert_eq!(authn.client_certificate(&[foreign]), ClientCert::Refused);
         let nameless = client_cert(&ca, "", &["system:nodes"], (now - 1, now + 1));
-        assert_eq!(authn.client_certificate(&[nameless]), None);
-        assert_eq!(authn.client_certificate(&[]), None);
+        assert_eq!(authn.client_certificate(&[nameless]), ClientCert::Refused);
+        assert_eq!(authn.client_certificate(&[]), ClientCert::None);
+        let refused = Connection {
+            tls: true,
+            client_cert: ClientCert::Refused,
+        };
+        assert_eq!(
+            authn.authenticate(&refused, &parts(None)),
+            Authenticated::Refused
+        );
     }
 }

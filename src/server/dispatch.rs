@@ -1,6 +1,7 @@
 //! Per-request policy of the transport: authenticate, then hand the request to the API
-//! router, or answer the few things the transport decides itself (401 for unauthenticated
-//! HTTPS requests outside the health endpoints, 404 for plain HTTP outside them), as
+//! router with its user (`system:anonymous` for an HTTPS request without credentials; the
+//! router authorizes it), or answer the few things the transport decides itself (401 for a
+//! credential that does not check out, 404 for plain HTTP outside the health endpoints), as
 //! `ApiError`s that `api::status` turns into a `Status`.
 
 use std::convert::Infallible;
@@ -9,9 +10,9 @@ use std::sync::Arc;
 use http::{Request, Response};
 use hyper::body::Incoming;
 
-use super::authn::{Authenticator, Connection};
+use super::authn::{Authenticated, Authenticator, Connection};
 use crate::api::status::ApiError;
-use crate::api::{router, ApiBody, ApiContext};
+use crate::api::{router, ApiBody, ApiContext, UserInfo};
 use crate::cluster::endpoints::ClusterEndpoints;
 use crate::cluster::forward::{self, Routed};
 use crate::cluster::node::Leadership;
@@ -44,26 +45,32 @@ impl Dispatch {
                 return Ok(resp);
             }
         }
+        // Only a peer holding the cluster secret may say who a request is from.
+        if req.headers().contains_key(forward::FORWARDED_USER) {
+            tracing::warn!(
+                component = "server",
+                path = %req.uri().path(),
+                "ignored a forwarded-user header that did not come with the cluster secret"
+            );
+        }
         // Health endpoints answer everyone the same way, credentials or not.
         if let Some(resp) = router::serve_anonymous(self.ctx.clone(), &req).await {
             return Ok(resp);
         }
-        if let Some(user) = self.authn.authenticate(&conn, &req) {
-            if let Some(node) = node {
-                if forward::is_forwardable_write(&req) && node.leadership() != Leadership::Me {
-                    return Ok(match forward::route(node, req, &user).await {
-                        Routed::Answered(resp) => resp,
-                        Routed::Local(req) => router::serve(self.ctx.clone(), req, user).await,
-                    });
-                }
+        let user = match self.authn.authenticate(&conn, &req) {
+            Authenticated::User(user) => user,
+            Authenticated::Anonymous if conn.tls => UserInfo::anonymous(),
+            Authenticated::Anonymous => return Ok(ApiError::HttpsRequired.into_response()),
+            Authenticated::Refused => return Ok(ApiError::Unauthorized.into_response()),
+        };
+        if let Some(node) = node {
+            if forward::is_forwardable_write(&req) && node.leadership() != Leadership::Me {
+                return Ok(match forward::route(node, req, &user).await {
+                    Routed::Answered(resp) => resp,
+                    Routed::Local(req) => router::serve(self.ctx.clone(), req, user).await,
+                });
             }
-            return Ok(router::serve(self.ctx.clone(), req, user).await);
         }
-        Ok(if conn.tls {
-            ApiError::Unauthorized
-        } else {
-            ApiError::HttpsRequired
-        }
-        .into_response())
+        Ok(router::serve(self.ctx.clone(), req, user).await)
     }
 }

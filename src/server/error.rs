@@ -30,6 +30,9 @@ pub enum ServerError {
     },
     #[error(transparent)]
     Wal(#[from] WalError),
+    /// The `--token-auth-file` cannot be used.
+    #[error(transparent)]
+    TokenFile(#[from] crate::auth::token_file::TokenFileError),
     /// A start-up task stopped before finishing (it panicked or the runtime is stopping).
     #[error("{what}: {reason}")]
     Task { what: &'static str, reason: String },

@@ -148,7 +148,8 @@ async fn serve_connection(
             .get_ref()
             .1
             .peer_certificates()
-            .and_then(|chain| dispatch.authn.client_certificate(chain));
+            .map(|chain| dispatch.authn.client_certificate(chain))
+            .unwrap_or_default();
         // hyper-util first reads the start of the stream to tell HTTP/1 from HTTP/2, with no
         // timeout of its own: wait for the first request bytes here, under the handshake
         // timeout, so a client that completes TLS and then goes quiet is dropped.

@@ -24,6 +24,7 @@ use super::listener::{Limits, Listener};
 use super::settings::ServerSettings;
 use super::{identity_lease, kubeconfig, pki, tls};
 use crate::api::{ApiContext, ApiSettings};
+use crate::auth::token_file::TokenFile;
 use crate::client::{identities, Client};
 use crate::cluster::endpoints::{ClusterEndpoints, Servers};
 use crate::cluster::member::ClusterDir;
@@ -92,6 +93,14 @@ pub async fn run_until(
         store_join_bundle(&dir, &bundle)?;
     }
     let token = AdminToken::load_or_create(&dir.admin_token())?;
+    let static_tokens = match &settings.token_auth_file {
+        Some(path) => {
+            let tokens = TokenFile::load(path)?;
+            tracing::info!(component = "server", path = %path.display(), tokens = tokens.count(), "read the token file");
+            tokens
+        }
+        None => TokenFile::default(),
+    };
     let pki = pki::load_or_create(&dir, &pki::serving_names(&settings))?;
     let tls_config = tls::server_config(&pki)?;
 
@@ -178,12 +187,14 @@ pub async fn run_until(
         tls: TlsAcceptor::from(tls_config),
         dispatch: Arc::new(Dispatch {
             ctx: ctx.clone(),
-            authn: Authenticator::new(token, &pki.ca_cert_pem)?,
+            authn: Authenticator::new(token, static_tokens, &pki.ca_cert_pem)?,
             cluster: backend.cluster_endpoints(),
         }),
         limits: Limits::default(),
     };
     let serving = tokio::spawn(listener.run(shutdown.clone()));
+    // The RBAC index follows the store from now on (requests also bring it up to date).
+    tokio::spawn(ctx.authorizer.clone().follow(shutdown.clone()));
     tracing::info!(
         component = "server",
         listen = %bound,

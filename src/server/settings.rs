@@ -39,6 +39,8 @@ pub struct ServerSettings {
     pub run_controller_manager: bool,
     /// Whether the leader runs the scheduler (`--disable-scheduler` turns it off).
     pub run_scheduler: bool,
+    /// `--token-auth-file`: static bearer tokens (kube-apiserver's CSV).
+    pub token_auth_file: Option<PathBuf>,
     /// HA cluster flags (all unset: a single server).
     pub cluster: ClusterFlags,
 }

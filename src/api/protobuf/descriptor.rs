@@ -255,6 +255,9 @@ mod tests {
             ("batch/v1", "Job"),
             ("rbac.authorization.k8s.io/v1", "ClusterRole"),
             ("networking.k8s.io/v1", "Ingress"),
+            ("authorization.k8s.io/v1", "SelfSubjectAccessReview"),
+            ("authorization.k8s.io/v1", "SelfSubjectRulesReview"),
+            ("authentication.k8s.io/v1", "SelfSubjectReview"),
             ("v1", "DeleteOptions"),
         ] {
             assert!(

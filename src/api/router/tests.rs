@@ -10,7 +10,7 @@ use http::Request;
 use http_body_util::{BodyExt, Full};
 use serde_json::json;
 
-use crate::api::{ApiContext, ApiSettings, User};
+use crate::api::{ApiContext, ApiSettings, UserInfo};
 use crate::kube::mutation::{Mutation, Precondition};
 use crate::kube::object::ObjectKey;
 use crate::kube::store::{Store, StoreConfig};
@@ -109,7 +109,7 @@ impl Replica {
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body)))
             .unwrap();
-        let resp = super::serve(self.ctx.clone(), req, User::admin()).await;
+        let resp = super::serve(self.ctx.clone(), req, UserInfo::admin()).await;
         let status = resp.status().as_u16();
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
         (status, serde_json::from_slice(&bytes).unwrap())

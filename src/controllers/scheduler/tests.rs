@@ -108,8 +108,12 @@ struct Running {
     stop: CancellationToken,
 }
 
-/// The informers and the scheduler over `client`'s store, as the runner starts them.
-fn start(client: &Client) -> Running {
+/// The informers and the scheduler over `client`'s store, as the runner starts them (after the
+/// default roles that authorize the scheduler's writes).
+async fn start(client: &Client) -> Running {
+    crate::controllers::rbac_defaults::reconcile_cluster_wide(client)
+        .await
+        .expect("the default ClusterRoles and bindings");
     let scheduler = Scheduler::new();
     let mut builder = InformersBuilder::new();
     scheduler.register(&mut builder);
@@ -146,7 +150,7 @@ async fn pending_pods_get_nodes_and_unschedulable_ones_wait_for_room() {
     }
     // Bound before the scheduler starts: counted, not moved.
     pod(&client, "pinned", "3", json!({"spec": {"nodeName": "n1"}})).await;
-    let running = start(&client);
+    let running = start(&client).await;
 
     // Three pods asking 2 cpus each: n1 has 1 left, so they go to n2, n3 and … nowhere.
     for name in ["a", "b"] {
@@ -264,7 +268,7 @@ async fn host_ports_anti_affinity_and_scheduling_gates() {
     for n in ["n1", "n2"] {
         node(&client, n, "4", json!({})).await;
     }
-    let running = start(&client);
+    let running = start(&client).await;
     let port = json!({"spec": {"containers": [{"name": "c", "image": "nginx",
         "ports": [{"containerPort": 80, "hostPort": 8080}]}]}});
     for name in ["p1", "p2", "p3"] {

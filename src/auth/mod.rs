@@ -1,0 +1,28 @@
+//! Who is calling and what they may do: the user every request acts as, and RBAC
+//! authorization, as kube-apiserver's authentication and authorization filters decide them.
+//!
+//! # Layout
+//! - [`user`]: `UserInfo` (name, uid, groups, extra) and the well-known users and groups.
+//! - [`token_file`]: static bearer tokens (`--token-auth-file`, kube-apiserver's CSV).
+//!   Client certificates and the admin token are checked by the transport (`server::authn`),
+//!   which hands every request to the API with its user (`system:anonymous` without a
+//!   credential).
+//! - [`impersonation`]: `Impersonate-*` headers, each part authorized with `impersonate`.
+//! - [`attributes`]: what a request asks (verb, group, resource, subresource, namespace,
+//!   name, or a non-resource path), as kube-apiserver's RequestInfo reads the URL.
+//! - [`rbac`]: the authorizer (rules, the index of bindings kept from the store's watch,
+//!   escalation prevention); [`bootstrap_policy`]: the default roles and bindings.
+//! - [`messages`]: kube-apiserver's 403 texts and Go's `%q`.
+//!
+//! The API router (`api::router`) resolves impersonation and authorizes every request before
+//! it routes it; access reviews (`api::access_review`) ask the same authorizer.
+
+pub(crate) mod attributes;
+pub(crate) mod bootstrap_policy;
+pub(crate) mod impersonation;
+pub(crate) mod messages;
+pub(crate) mod rbac;
+pub(crate) mod token_file;
+pub mod user;
+
+pub use user::UserInfo;

@@ -1,0 +1,174 @@
+//! RBAC authorization, as kube-apiserver's RBAC authorizer decides
+//! (plugin/pkg/auth/authorizer/rbac): a request is allowed when a rule of a role bound to the
+//! caller (by name, by group, or as a service account) allows it — ClusterRoleBindings
+//! everywhere, RoleBindings in their namespace. Members of `system:masters` are allowed
+//! everything without asking RBAC, as kube-apiserver's privileged-group authorizer does.
+//!
+//! - [`rule`]: one PolicyRule: matching a request, covering other rules;
+//! - [`index`]: the store's RBAC objects by subject, kept fresh from the store's watch;
+//! - [`escalation`]: a Role or binding may grant only what its writer holds.
+
+pub mod escalation;
+pub mod index;
+pub mod rule;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use self::index::{RbacCache, SubjectKey};
+use self::rule::PolicyRule;
+use super::attributes::RequestInfo;
+use super::user::UserInfo;
+use crate::kube::store::Store;
+
+/// How often, at most, the index takes the store's events when no request asks it to.
+const FOLLOW_EVERY: Duration = Duration::from_millis(100);
+
+/// What the authorizer decided, with kube-apiserver's reason text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// `RBAC: allowed by ClusterRoleBinding "…" of ClusterRole "…" to Group "…"`, or empty
+    /// for `system:masters`.
+    Allow(String),
+    /// Empty, or `RBAC: <errors resolving the bindings that apply>`.
+    Deny(String),
+}
+
+impl Decision {
+    pub fn allowed(&self) -> bool {
+        matches!(self, Decision::Allow(_))
+    }
+
+    pub fn reason(&self) -> &str {
+        match self {
+            Decision::Allow(r) | Decision::Deny(r) => r,
+        }
+    }
+}
+
+/// The rules that apply to a user in a namespace, and the errors met resolving them.
+#[derive(Debug, Clone, Default)]
+pub struct RulesFor {
+    pub rules: Vec<PolicyRule>,
+    pub errors: Vec<String>,
+}
+
+/// The server's authorizer: RBAC over the store.
+pub struct Authorizer {
+    cache: RbacCache,
+}
+
+impl Authorizer {
+    pub fn new(store: Arc<Store>) -> Authorizer {
+        Authorizer {
+            cache: RbacCache::new(store),
+        }
+    }
+
+    /// Whether `user` may do what `info` describes.
+    pub fn authorize(&self, user: &UserInfo, info: &RequestInfo) -> Decision {
+        if user.is_master() {
+            return Decision::Allow(String::new());
+        }
+        let keys = subject_keys(user);
+        let index = self.cache.fresh();
+        let mut errors = Vec::new();
+        for binding in index.bindings_for(&keys, &info.namespace) {
+            match index.role_rules(&binding) {
+                Ok(rules) => {
+                    if rules.iter().any(|rule| rule.allows(info)) {
+                        let subject = binding
+                            .subjects
+                            .iter()
+                            .find(|s| s.applies_to(user))
+                            .or(binding.subjects.first());
+                        let by = subject.map(|s| binding.describe(s)).unwrap_or_default();
+                        return Decision::Allow(format!("RBAC: allowed by {by}"));
+                    }
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        Decision::Deny(aggregate_reason(errors))
+    }
+
+    /// Every rule that applies to `user` in `namespace` (only ClusterRoleBindings' when it is
+    /// empty): the SelfSubjectRulesReview and the escalation check read them. A member of
+    /// `system:masters` holds everything.
+    pub fn rules_for(&self, user: &UserInfo, namespace: &str) -> RulesFor {
+        let mut out = RulesFor::default();
+        if user.is_master() {
+            out.rules = vec![
+                PolicyRule::resource(&["*"], &["*"], &["*"]),
+                PolicyRule::urls(&["*"], &["*"]),
+            ];
+            return out;
+        }
+        let index = self.cache.fresh();
+        for binding in index.bindings_for(&subject_keys(user), namespace) {
+            match index.role_rules(&binding) {
+                Ok(rules) => out.rules.extend(rules.iter().cloned()),
+                Err(e) => out.errors.push(e),
+            }
+        }
+        out
+    }
+
+    /// Keeps the index following the store while nothing asks (so the watch it holds never
+    /// falls far behind), until `stop`.
+    pub async fn follow(self: Arc<Self>, stop: CancellationToken) {
+        let mut applied = self.cache.store().applied_versions();
+        self.cache.catch_up();
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                changed = applied.changed() => if changed.is_err() { return },
+            }
+            self.cache.catch_up();
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(FOLLOW_EVERY) => {}
+            }
+        }
+    }
+}
+
+/// The keys a user's bindings are found under: its name and each of its groups.
+fn subject_keys(user: &UserInfo) -> Vec<SubjectKey> {
+    let mut keys = Vec::with_capacity(user.groups.len() + 1);
+    keys.push(SubjectKey::User(user.name.clone()));
+    keys.extend(user.groups.iter().cloned().map(SubjectKey::Group));
+    keys
+}
+
+/// `RBAC: <error>` or `RBAC: [<e1>, <e2>]` (Go's aggregate of distinct errors); empty without
+/// errors.
+fn aggregate_reason(mut errors: Vec<String>) -> String {
+    let mut seen = std::collections::HashSet::new();
+    errors.retain(|e| seen.insert(e.clone()));
+    match errors.len() {
+        0 => String::new(),
+        1 => format!("RBAC: {}", errors[0]),
+        _ => format!("RBAC: [{}]", errors.join(", ")),
+    }
+}
+
+impl index::Subject {
+    /// Whether this subject names `user` (a service account by its user name).
+    pub fn applies_to(&self, user: &UserInfo) -> bool {
+        match self.kind.as_str() {
+            "User" => self.name == user.name,
+            "Group" => user.in_group(&self.name),
+            "ServiceAccount" => {
+                !self.namespace.is_empty()
+                    && user.name == super::user::service_account_user(&self.namespace, &self.name)
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
