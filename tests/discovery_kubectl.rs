@@ -329,6 +329,8 @@ async fn check_kubectl(binary: PathBuf, version: &str, aggregated: &str) {
         versions,
         [
             "apps/v1",
+            "authentication.k8s.io/v1",
+            "authorization.k8s.io/v1",
             "autoscaling/v2",
             "batch/v1",
             "coordination.k8s.io/v1",

@@ -309,7 +309,8 @@ pub struct RbacCache {
     index: RwLock<Index>,
     /// The store's watch from where the index stands; `None` until the first use.
     events: Mutex<Option<broadcast::Receiver<Arc<WatchEvent>>>>,
-    /// The resourceVersion the index reflects.
+    /// The resourceVersion the index reflects (`u64::MAX` before the first build). A store
+    /// restored from a snapshot closes the watch, which builds the index again.
     seen: AtomicU64,
 }
 
@@ -319,7 +320,7 @@ impl RbacCache {
             store,
             index: RwLock::new(Index::default()),
             events: Mutex::new(None),
-            seen: AtomicU64::new(0),
+            seen: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -336,8 +337,7 @@ impl RbacCache {
     /// Takes the events the store has sent since the last call.
     pub fn catch_up(&self) {
         let now = self.store.resource_version();
-        let seen = self.seen.load(Ordering::Acquire);
-        if seen >= now && seen != 0 {
+        if self.seen.load(Ordering::Acquire) == now {
             return;
         }
         let mut events = self.events.lock();
@@ -351,13 +351,11 @@ impl RbacCache {
                     if is_rbac(&event.object.key.resource) {
                         self.index.write().apply(event.kind, &event.object);
                     }
-                    self.seen
-                        .fetch_max(event.resource_version(), Ordering::AcqRel);
+                    // Events come in resourceVersion order.
+                    self.seen.store(event.resource_version(), Ordering::Release);
                 }
-                Err(TryRecvError::Empty) => {
-                    self.seen.fetch_max(now.max(1), Ordering::AcqRel);
-                    return;
-                }
+                // Every event up to `now` was sent before `now` was readable.
+                Err(TryRecvError::Empty) => return,
                 Err(TryRecvError::Lagged(_)) | Err(TryRecvError::Closed) => {
                     *events = None;
                 }
@@ -376,7 +374,7 @@ impl RbacCache {
         }
         *self.index.write() = index;
         self.seen
-            .store(snapshot.resource_version.max(1), Ordering::Release);
+            .store(snapshot.resource_version, Ordering::Release);
         *events = Some(rx);
     }
 }
