@@ -18,7 +18,8 @@
 #         starts nothing, LITEK8S_SERVER_URL and LITEK8S_TOKEN_FILE in its defaults file,
 #         enable --now active only once the Node is Ready, the token moved into agent.env
 #         (0600), status line and structured journal entries, the Node Ready and its Lease
-#         seen from the server, restart, purge leaves no file behind.
+#         seen from the server, a pod from an air-gap image run by crun without cgroups (log,
+#         process, pod IP, deletion), restart, purge leaves no file behind.
 #
 # Without --debs the packages are built first (packaging/build-packages.sh). Needs root.
 # Every wait is bounded; containers are powered off and removed on exit (LITEK8S_TEST_KEEP=1
@@ -396,6 +397,50 @@ test_cluster() {
 # --- agent ----------------------------------------------------------------------------------
 agent_status() { in_ct "$1" systemctl show -p StatusText --value litek8s-agent 2>/dev/null || true; }
 
+# A pod on the booted agent: scheduled there, run by crun without cgroups (the nspawn
+# container's v1 cgroups are read-only), its log written, its process alive inside the
+# container, and all of it gone once the pod is deleted.
+test_agent_pod() { # SERVER_PID SERVER_DIR AGENT_PID AGENT_DIR
+    local spid=$1 sdir=$2 apid=$3 adir=$4 phase="" i out
+    check "agent: the journal names crun without cgroups" \
+        sh -c "nsenter -t $apid -a journalctl -u litek8s-agent -q --no-pager -o cat | grep -q 'container runtime: crun (inside a container (systemd-nspawn) whose v1 cgroups are read-only'"
+    kubectl_in "$spid" "$sdir" run hello --image=docker.io/library/busybox:test \
+        --image-pull-policy=Never --restart=Never -- sh -c 'echo hello-from-nspawn; exec sleep 3600' \
+        >/dev/null 2>&1 || fail "pod: kubectl run hello"
+    for ((i = 0; i < 120; i++)); do
+        phase=$(kubectl_in "$spid" "$sdir" get pod hello -o 'jsonpath={.status.phase}' 2>/dev/null || true)
+        [ "$phase" = Running ] && break
+        sleep 0.5
+    done
+    if [ "$phase" = Running ]; then
+        pass "pod: hello Running on lk-agent"
+    else
+        fail "pod: hello is ${phase:-not there}, not Running"
+        kubectl_in "$spid" "$sdir" get pod hello -o yaml >&2 || true
+        in_ct "$apid" journalctl -u litek8s-agent --no-pager -n 40 >&2 || true
+        kubectl_in "$spid" "$sdir" delete pod hello --wait --timeout=25s >/dev/null 2>&1 || true
+        return
+    fi
+    out=$(kubectl_in "$spid" "$sdir" get pod hello -o 'jsonpath={.spec.nodeName} {.status.podIP}' 2>&1 || true)
+    check "pod: on lk-agent with an IP from its pod CIDR ($out)" grep -Eq '^lk-agent 10\.42\.[0-9]+\.[0-9]+$' <<<"$out"
+    check "pod: its log file has its output" \
+        sh -c "grep -rq hello-from-nspawn '$adir/var/lib/litek8s/node-agent/logs/'"
+    check "pod: its process runs inside the node's container" \
+        sh -c "nsenter -t $apid -a pgrep -f 'sleep 3600' >/dev/null"
+    for ((i = 0; i < 40; i++)); do
+        [[ "$(agent_status "$apid")" == *"; 1 pod running" ]] && break
+        sleep 0.5
+    done
+    check "agent: status line counts the pod ($(agent_status "$apid"))" \
+        grep -q '; 1 pod running$' <<<"$(agent_status "$apid")"
+    check "pod: deleted within 25 s (grace period 2 s: sleep as PID 1 ignores SIGTERM)" kubectl_in "$spid" "$sdir" delete pod hello --grace-period=2 --wait --timeout=25s
+    for ((i = 0; i < 40; i++)); do
+        nsenter -t "$apid" -a pgrep -f 'sleep 3600' >/dev/null 2>&1 || break
+        sleep 0.5
+    done
+    check "pod: its process is gone" sh -c "! nsenter -t $apid -a pgrep -f 'sleep 3600' >/dev/null"
+}
+
 test_agent() {
     log "== agent"
     [ -n "$deb_agt" ] || { fail "no litek8s-agent_*.deb in $debs"; return; }
@@ -413,7 +458,9 @@ test_agent() {
     check "server: join token written" grep -q '^K10[0-9a-f]*::server:' <<<"$token"
 
     adir=$(copy_rootfs lk-agent)
-    boot lk-agent "$adir" "--network-namespace-path=/run/netns/lksd-2"
+    # CAP_NET_ADMIN: a node configures its pods' network (systemd-nspawn keeps it only for
+    # a private network, not for --network-namespace-path).
+    boot lk-agent "$adir" "--network-namespace-path=/run/netns/lksd-2" --capability=CAP_NET_ADMIN
     apid=$BOOT_PID
     before=$(file_list "$adir")
     mkdir -p "$adir/root/pkgs"
@@ -429,11 +476,20 @@ test_agent() {
     check "agent: install enabled nothing" sh -c "! nsenter -t $apid -a systemctl is-enabled -q litek8s-agent"
     check "agent: install wrote no token" test ! -e "$adir/etc/litek8s/agent.env"
 
-    # Configure as docs/agent.md says: the server's URL and a copy of its join-token.
+    # The test image goes where an air-gapped node's images go (no registry is reachable).
+    mkdir -p "$adir/var/lib/litek8s/node-agent/images"
+    bash "$repo/tests/support/busybox-image.sh" "$adir/var/lib/litek8s/node-agent/images/busybox.tar" oci \
+        >"$LITEK8S_TEST_WORK/lk-agent.image.log" 2>&1 \
+        || fail "agent: building the busybox image (see $LITEK8S_TEST_WORK/lk-agent.image.log)"
+
+    # Configure as docs/agent.md says: the server's URL and a copy of its join-token. The
+    # test machine's disk may be fuller than kubelet's eviction defaults allow (10% free):
+    # the node would be tainted with disk-pressure and take no pod.
     printf '%s\n' "$token" >"$adir/root/join-token"
     chmod 0600 "$adir/root/join-token"
     in_ct "$apid" sh -c "echo 'LITEK8S_SERVER_URL=https://$NET_PREFIX.1:6443' >> /etc/default/litek8s-agent
-        echo 'LITEK8S_TOKEN_FILE=/root/join-token' >> /etc/default/litek8s-agent" \
+        echo 'LITEK8S_TOKEN_FILE=/root/join-token' >> /etc/default/litek8s-agent
+        echo 'LITEK8S_AGENT_ARGS=--eviction-hard nodefs.available<1%,imagefs.available<1%' >> /etc/default/litek8s-agent" \
         || fail "agent: configuring"
     t=$(date +%s%N)
     if in_ct "$apid" timeout 110 systemctl enable --now litek8s-agent >/dev/null 2>&1; then
@@ -457,6 +513,7 @@ test_agent() {
     out=$(kubectl_in "$spid" "$sdir" get node lk-agent -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.addresses[0].address}' 2>&1 || true)
     check "server: node lk-agent Ready at $NET_PREFIX.2 ($out)" test "$out" = "True $NET_PREFIX.2"
     check "server: the node's Lease" kubectl_in "$spid" "$sdir" -n kube-node-lease get lease lk-agent
+    test_agent_pod "$spid" "$sdir" "$apid" "$adir"
 
     check "agent: systemctl restart" in_ct "$apid" timeout 110 systemctl restart litek8s-agent
     check "agent: active again" in_ct "$apid" systemctl is-active -q litek8s-agent

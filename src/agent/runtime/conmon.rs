@@ -41,6 +41,8 @@ pub struct Launch<'a> {
     pub runtime: &'a Path,
     /// Global runtime arguments (`--root=…`, `--cgroup-manager=disabled`).
     pub runtime_args: &'a [String],
+    /// Passes `--no-new-keyring` to the runtime's `create` (where keyrings are refused).
+    pub no_new_keyring: bool,
     pub id: &'a str,
     /// Container name for conmon's own log lines.
     pub name: &'a str,
@@ -89,6 +91,9 @@ impl Launch<'_> {
         ];
         for a in self.runtime_args {
             args.push(format!("--runtime-arg={a}"));
+        }
+        if self.no_new_keyring {
+            args.push("--no-new-keyring".into());
         }
         args
     }
@@ -248,10 +253,11 @@ mod tests {
             "--root=/run/litek8s/crun".to_string(),
             "--cgroup-manager=disabled".to_string(),
         ];
-        let l = Launch {
+        let mut l = Launch {
             conmon: Path::new("/usr/bin/conmon"),
             runtime: Path::new("/usr/bin/crun"),
             runtime_args: &runtime_args,
+            no_new_keyring: false,
             id: "abc",
             name: "default_web_app",
             bundle: Path::new("/n/pods/u/containers/abc"),
@@ -273,6 +279,9 @@ mod tests {
         ] {
             assert!(args.contains(part), "{part} not in {args}");
         }
+        assert!(!args.contains("--no-new-keyring"), "{args}");
+        l.no_new_keyring = true;
+        assert!(l.args().iter().any(|a| a == "--no-new-keyring"));
     }
 
     #[tokio::test]

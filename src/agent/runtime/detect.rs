@@ -3,15 +3,22 @@
 //!
 //! The choice is a pure function of what the machine looks like ([`HostFacts`]), so every
 //! rule is tested without the machine:
-//! - cgroups v1 or hybrid (v1 controllers plus a v2 tree at `/sys/fs/cgroup/unified`): runc.
-//!   crun refuses hybrid cgroups ("cgroups in hybrid mode not supported") even with
-//!   `--cgroup-manager=disabled`.
-//! - cgroups read-only, or cgroup v2 inside a container (systemd-nspawn, docker, …), where
-//!   the agent is not delegated a cgroup tree: crun with `--cgroup-manager=disabled`, which
-//!   runs containers without creating cgroups; runc fails there. Resource limits are then
-//!   not applied, said once in the log and by the node's condition message.
+//! - writable cgroups v1 or hybrid (v1 controllers plus a v2 tree at
+//!   `/sys/fs/cgroup/unified`): runc. crun refuses a host's hybrid cgroups ("cgroups in hybrid
+//!   mode not supported") even with `--cgroup-manager=disabled`.
+//! - cgroups read-only (a booted systemd-nspawn container on a hybrid host mounts the v1
+//!   controllers read-only), or cgroup v2 inside a container (systemd-nspawn, docker, …),
+//!   where the agent is not delegated a cgroup tree: crun with `--cgroup-manager=disabled`,
+//!   which runs containers without creating cgroups; runc fails there. Resource limits are
+//!   then not applied, said once in the log and by the node's condition message.
 //! - a writable cgroup v2 host: runc when installed, else crun.
 //! - `--runtime runc|crun` forces the choice (a warning names the rule it breaks).
+//!
+//! Separately, whether the kernel lets this process use session keyrings: systemd-nspawn's
+//! seccomp filter refuses the keyring calls, and a runtime that creates a keyring for each
+//! container then fails ("create keyring: Operation not permitted"). Without keyrings,
+//! containers are created with `--no-new-keyring` (they share the agent's session keyring,
+//! which the agent never uses).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -75,6 +82,8 @@ pub struct HostFacts {
     pub container: Option<String>,
     pub runc: Option<PathBuf>,
     pub crun: Option<PathBuf>,
+    /// The keyring system calls work (false under systemd-nspawn's seccomp filter).
+    pub keyrings: bool,
 }
 
 /// The runtime chosen and why.
@@ -103,6 +112,8 @@ pub struct RuntimeInfo {
     pub cgroup_mode: Option<CgroupMode>,
     pub conmon: PathBuf,
     pub conmon_version: String,
+    /// Containers get their own session keyring (`false`: created with `--no-new-keyring`).
+    pub new_keyring: bool,
 }
 
 impl RuntimeInfo {
@@ -162,8 +173,32 @@ impl HostFacts {
             container: container_kind(),
             runc: find_on_path("runc"),
             crun: find_on_path("crun"),
+            keyrings: keyrings_work(),
         }
     }
+}
+
+/// Asks for the id of this process's session keyring without creating one: harmless, and
+/// refused (EPERM or ENOSYS) exactly where a runtime's keyring creation would be.
+fn keyrings_work() -> bool {
+    const KEYCTL_GET_KEYRING_ID: libc::c_long = 0;
+    const KEY_SPEC_SESSION_KEYRING: libc::c_long = -3;
+    // SAFETY: keyctl(KEYCTL_GET_KEYRING_ID, id, create = 0) reads an id and changes nothing.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_GET_KEYRING_ID,
+            KEY_SPEC_SESSION_KEYRING,
+            0 as libc::c_long,
+        )
+    };
+    if rc >= 0 {
+        return true;
+    }
+    !matches!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EPERM | libc::ENOSYS | libc::EACCES)
+    )
 }
 
 fn cgroup_mode(root: &Path) -> Option<CgroupMode> {
@@ -244,6 +279,9 @@ pub fn choose(facts: &HostFacts, forced: Option<RuntimeKind>) -> Result<Choice, 
         (Some(c), Some(CgroupMode::V2)) if facts.cgroups_writable => {
             format!("inside a container ({c}) with cgroup v2, where no cgroup tree is delegated to the agent")
         }
+        (Some(c), Some(CgroupMode::Hybrid | CgroupMode::V1)) => {
+            format!("inside a container ({c}) whose v1 cgroups are read-only")
+        }
         _ => "cgroups are read-only".to_string(),
     };
 
@@ -252,7 +290,7 @@ pub fn choose(facts: &HostFacts, forced: Option<RuntimeKind>) -> Result<Choice, 
             RuntimeError::NoRuntime(format!("--runtime {kind}: {kind} not found on PATH"))
         })?;
         let warning = match kind {
-            RuntimeKind::Crun if facts.cgroup_mode == Some(CgroupMode::Hybrid) => {
+            RuntimeKind::Crun if facts.cgroup_mode == Some(CgroupMode::Hybrid) && limits => {
                 Some("crun refuses hybrid cgroups; containers will likely fail".to_string())
             }
             RuntimeKind::Runc if !limits => Some(format!(
@@ -280,7 +318,7 @@ pub fn choose(facts: &HostFacts, forced: Option<RuntimeKind>) -> Result<Choice, 
         })
     };
     match facts.cgroup_mode {
-        Some(CgroupMode::Hybrid) => pick(
+        Some(CgroupMode::Hybrid) if limits => pick(
             RuntimeKind::Runc,
             "cgroups are hybrid (v1 + v2), which crun refuses".to_string(),
         )
@@ -347,6 +385,7 @@ pub fn detect(forced: Option<RuntimeKind>) -> Result<RuntimeInfo, RuntimeError> 
         cgroup_mode: facts.cgroup_mode,
         conmon_version: version_of(&conmon)?,
         conmon,
+        new_keyring: facts.keyrings,
     };
     tracing::info!(
         runtime = %info.kind,
@@ -364,6 +403,11 @@ pub fn detect(forced: Option<RuntimeKind>) -> Result<RuntimeInfo, RuntimeError> 
     if let Some(m) = info.limits_message() {
         tracing::warn!("{m}");
     }
+    if !info.new_keyring {
+        tracing::info!(
+            "keyring system calls are refused here: containers share the agent's session keyring (--no-new-keyring)"
+        );
+    }
     Ok(info)
 }
 
@@ -378,6 +422,7 @@ mod tests {
             container: container.map(str::to_string),
             runc: Some("/usr/sbin/runc".into()),
             crun: Some("/usr/bin/crun".into()),
+            keyrings: true,
         }
     }
 
@@ -395,6 +440,7 @@ mod tests {
             (Some(V2), true, Some("systemd-nspawn"), Crun, false),
             (Some(V2), false, Some("systemd-nspawn"), Crun, false),
             (Some(V1), false, None, Crun, false),
+            (Some(Hybrid), false, Some("systemd-nspawn"), Crun, false),
             (None, false, None, Crun, false),
         ];
         for (mode, writable, container, kind, limits) in table {
@@ -426,6 +472,16 @@ mod tests {
         );
         let c = choose(&facts(Some(CgroupMode::V2), false, None), None).unwrap();
         assert!(c.reason.contains("read-only"), "{}", c.reason);
+        let c = choose(
+            &facts(Some(CgroupMode::Hybrid), false, Some("systemd-nspawn")),
+            None,
+        )
+        .unwrap();
+        assert!(
+            c.reason.contains("systemd-nspawn") && c.reason.contains("read-only"),
+            "{}",
+            c.reason
+        );
     }
 
     #[test]
@@ -471,6 +527,7 @@ mod tests {
             cgroup_mode: Some(CgroupMode::V2),
             conmon: "/usr/bin/conmon".into(),
             conmon_version: "2.1.6".into(),
+            new_keyring: true,
         };
         let root = Path::new("/run/x");
         assert_eq!(

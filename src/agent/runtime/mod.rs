@@ -214,6 +214,7 @@ impl Runtime {
             conmon: &self.info.conmon,
             runtime: &self.info.path,
             runtime_args: &runtime_args,
+            no_new_keyring: !self.info.new_keyring,
             id: &id,
             name: &conmon_name,
             bundle: &dir,
