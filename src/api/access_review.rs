@@ -7,7 +7,9 @@
 //!   groups, uid, extra from the spec) do this?
 //! - `SelfSubjectRulesReview` (`kubectl auth can-i --list`): the rules the caller holds in a
 //!   namespace;
-//! - `SelfSubjectReview` (`kubectl auth whoami`): the caller's user.
+//! - `SelfSubjectReview` (`kubectl auth whoami`): the caller's user;
+//! - `TokenReview`: whom a service-account token authenticates, for the audiences asked
+//!   (what a node agent's own port asks of bearer tokens it is shown).
 //!
 //! A review answers 201 with the request's object and its `status`. Validation and messages
 //! are kube-apiserver's.
@@ -61,6 +63,7 @@ pub async fn create(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
             }
             rules_status(req, namespace)
         }
+        "TokenReview" => token_review(req, &review)?,
         "SelfSubjectReview" => {
             review["metadata"] = json!({"creationTimestamp": super::meta::now_rfc3339()});
             json!({"userInfo": user_info(&req.user)})
@@ -253,6 +256,43 @@ fn rules_status(req: &ApiRequest, namespace: &str) -> Value {
 }
 
 /// `authentication.k8s.io/v1` UserInfo.
+/// The status of a TokenReview: the token's user and the audiences it is good for, or why
+/// it authenticates no one.
+fn token_review(req: &ApiRequest, review: &Value) -> Result<Value, ApiError> {
+    let token = review
+        .pointer("/spec/token")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if token.is_empty() {
+        return Err(ApiError::BadRequest(
+            "token is required for TokenReview in authentication.k8s.io/v1".into(),
+        ));
+    }
+    let audiences: Vec<String> = review
+        .pointer("/spec/audiences")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let Some(tokens) = &req.ctx.service_accounts else {
+        return Ok(json!({"user": {}, "error": "[invalid bearer token]"}));
+    };
+    Ok(
+        match tokens.authenticate(token.as_bytes(), &audiences, chrono::Utc::now().timestamp()) {
+            Ok(who) => json!({
+                "authenticated": true,
+                "user": user_info(&who.user),
+                "audiences": who.audiences,
+            }),
+            Err(e) => json!({"user": {}, "error": format!("[invalid bearer token, {e}]")}),
+        },
+    )
+}
+
 fn user_info(user: &UserInfo) -> Value {
     let mut info = Map::new();
     info.insert("username".into(), json!(user.name));

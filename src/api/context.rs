@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use super::cluster_ip::ClusterIpAllocator;
 use super::node_port::NodePortAllocator;
 use crate::auth::rbac::Authorizer;
+use crate::auth::service_account::ServiceAccountTokens;
 use crate::kube::store::Store;
 use crate::kube::writer::{LocalReads, ReadBarrier, Writer};
 
@@ -41,6 +42,10 @@ pub struct ApiContext {
     pub node_ports: Arc<NodePortAllocator>,
     /// RBAC over this context's store (shared likewise).
     pub authorizer: Arc<Authorizer>,
+    /// Issues and checks service-account tokens with the cluster's key; `None` until the
+    /// server gives it one (then `serviceaccounts/token` is not served, as kube-apiserver
+    /// without a signing key does not serve it).
+    pub service_accounts: Option<Arc<ServiceAccountTokens>>,
 }
 
 impl ApiContext {
@@ -58,6 +63,7 @@ impl ApiContext {
             ready: std::sync::atomic::AtomicBool::new(false),
             cluster_ips: Arc::new(cluster_ips),
             node_ports: Arc::new(NodePortAllocator::new()),
+            service_accounts: None,
         }
     }
 
@@ -75,7 +81,14 @@ impl ApiContext {
             cluster_ips: self.cluster_ips.clone(),
             node_ports: self.node_ports.clone(),
             authorizer: self.authorizer.clone(),
+            service_accounts: self.service_accounts.clone(),
         }
+    }
+
+    /// Issues and checks service-account tokens with `tokens`.
+    pub fn with_service_accounts(mut self, tokens: Arc<ServiceAccountTokens>) -> Self {
+        self.service_accounts = Some(tokens);
+        self
     }
 
     /// Replaces the read barrier (a cluster member's ReadIndex).

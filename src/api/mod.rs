@@ -10,8 +10,9 @@
 //! - `request`: path, query and Accept parsing; `body`: size/depth-limited decoding.
 //! - The verbs, one file each: `get`, `list` (+ `continue_token`), `watch`, `create`,
 //!   `update`, `patch` (+ `patch_format`), `delete`; `subresource/` for `scale`, namespace
-//!   `finalize`, pod `eviction` and `binding` (with the legacy `bindings` collection). They
-//!   depend on the shared modules below, never on each other.
+//!   `finalize`, pod `eviction` and `binding` (with the legacy `bindings` collection), service
+//!   account `token` (TokenRequest). They depend on the shared modules below, never on each
+//!   other.
 //! - `read`: what reads of a selection share (selectors, resourceVersion rules).
 //! - `write/`: the write step every writing verb ends in (decode → admission → metadata →
 //!   defaults and validation → ownership → Mutation → Writer), with the retry of a write that
@@ -24,7 +25,9 @@
 //! - `output`: objects and lists in the requested form; `status`: every error as a `Status`.
 //! - `discovery`, `openapi`, `table`: what kubectl reads besides objects.
 //! - `access_review`: the access reviews (`kubectl auth can-i`, `whoami`), answered by the
-//!   authorizer every request passes (`auth`); `rbac_validation`: the RBAC kinds' checks.
+//!   authorizer every request passes (`auth`), and TokenReview; `rbac_validation`: the RBAC
+//!   kinds' checks.
+//! - `oidc`: the service-account issuer's discovery documents.
 //! - `response`: small response builders.
 
 pub(crate) mod access_review;
@@ -46,6 +49,7 @@ pub(crate) mod list;
 pub(crate) mod meta;
 pub(crate) mod namespace_lifecycle;
 pub(crate) mod node_port;
+pub(crate) mod oidc;
 pub mod openapi;
 pub(crate) mod options;
 pub(crate) mod output;

@@ -136,6 +136,11 @@ pub fn parse_path(path: &str) -> Result<Target, ApiError> {
         Some("eviction") if target.info.plural == "pods" && target.info.group.is_empty() => {
             Ok(target)
         }
+        Some("token")
+            if target.info.plural == "serviceaccounts" && target.info.group.is_empty() =>
+        {
+            Ok(target)
+        }
         Some(_) => Err(ApiError::NoRoute),
     }
 }

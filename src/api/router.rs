@@ -15,8 +15,8 @@ use super::barrier::{self, Barrier};
 use super::request::{self, ApiRequest, Query};
 use super::status::ApiError;
 use super::{
-    access_review, body, create, delete, discovery, get, health, list, openapi, patch, subresource,
-    update, watch, ApiBody, ApiContext, UserInfo,
+    access_review, body, create, delete, discovery, get, health, list, oidc, openapi, patch,
+    subresource, update, watch, ApiBody, ApiContext, UserInfo,
 };
 use crate::auth::attributes::RequestInfo;
 use crate::auth::impersonation::{self, Refused};
@@ -67,6 +67,9 @@ where
     if path.starts_with("/openapi") || path.starts_with("/swagger") {
         return openapi::respond(&path, &accept)
             .unwrap_or_else(|| ApiError::NoRoute.into_response());
+    }
+    if let Some(resp) = oidc::respond(&ctx, &path) {
+        return resp;
     }
     if !request::is_resource_path(&path) {
         return discovery::respond(&ctx, &path, &accept)

@@ -4,6 +4,8 @@
 //! # Layout
 //! - [`user`]: `UserInfo` (name, uid, groups, extra) and the well-known users and groups.
 //! - [`token_file`]: static bearer tokens (`--token-auth-file`, kube-apiserver's CSV).
+//! - [`service_account`]: service-account tokens: bound JWTs issued by the TokenRequest API
+//!   and legacy Secret tokens, signed with the cluster CA key, checked against the store.
 //!   Client certificates and the admin token are checked by the transport (`server::authn`),
 //!   which hands every request to the API with its user (`system:anonymous` without a
 //!   credential).
@@ -22,6 +24,7 @@ pub(crate) mod bootstrap_policy;
 pub(crate) mod impersonation;
 pub(crate) mod messages;
 pub(crate) mod rbac;
+pub(crate) mod service_account;
 pub(crate) mod token_file;
 pub mod user;
 

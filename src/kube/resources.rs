@@ -95,7 +95,8 @@ impl ResourceInfo {
     }
 
     /// Subresources discovery advertises: `status` for kinds with one, `binding` and
-    /// `eviction` for pods, `scale` for the kinds listed in [`SCALABLE`].
+    /// `eviction` for pods, `token` for service accounts, `scale` for the kinds listed in
+    /// [`SCALABLE`].
     pub fn subresources(&self) -> Vec<Subresource> {
         let mut out = Vec::new();
         if self.group.is_empty() && self.plural == "pods" {
@@ -122,6 +123,15 @@ impl ResourceInfo {
                 group: "policy",
                 version: "v1",
                 kind: "Eviction",
+                verbs: &["create"],
+            });
+        }
+        if self.group.is_empty() && self.plural == "serviceaccounts" {
+            out.push(Subresource {
+                name: "token",
+                group: "authentication.k8s.io",
+                version: "v1",
+                kind: "TokenRequest",
                 verbs: &["create"],
             });
         }
@@ -162,6 +172,7 @@ const CREATE_ONLY: &[(&str, &str)] = &[
     ("authorization.k8s.io", "localsubjectaccessreviews"),
     ("authorization.k8s.io", "selfsubjectrulesreviews"),
     ("authentication.k8s.io", "selfsubjectreviews"),
+    ("authentication.k8s.io", "tokenreviews"),
 ];
 
 /// (group, plural) of kinds with a `scale` subresource (autoscaling/v1 Scale).
@@ -286,6 +297,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
     resource!("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews", "selfsubjectrulesreview", NO_NAMES, NO_NAMES,
         namespaced: false, status: false, generation: false, fields: &[]),
     resource!("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview", NO_NAMES, NO_NAMES,
+        namespaced: false, status: false, generation: false, fields: &[]),
+    resource!("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", "tokenreview", NO_NAMES, NO_NAMES,
         namespaced: false, status: false, generation: false, fields: &[]),
 ];
 

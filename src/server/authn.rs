@@ -1,18 +1,15 @@
-//! Authentication: who is calling. Three credentials exist: a client certificate chained to
+//! Authentication: who is calling. Four credentials exist: a client certificate chained to
 //! the cluster CA (node agents hold one: `cluster::node_credential`), checked once per
 //! connection when the TLS handshake ends; the admin bearer token, compared in constant time;
-//! and the tokens of `--token-auth-file` (`auth::token_file`). A certificate's common name is
-//! the user name and its organizations are the groups, as kube-apiserver reads them; every
-//! authenticated user is also in `system:authenticated`.
+//! the tokens of `--token-auth-file` (`auth::token_file`); and service-account tokens
+//! (`auth::service_account`: bound tokens from the TokenRequest API, legacy Secret tokens).
+//! A certificate's common name is the user name and its organizations are the groups, as
+//! kube-apiserver reads them; every authenticated user is also in `system:authenticated`.
 //!
 //! As with kube-apiserver, a request without any credential is anonymous (`system:anonymous`
 //! in `system:unauthenticated`, allowed what RBAC allows it), while a credential that does not
 //! check out — a certificate from another CA or expired, an unknown bearer token — is refused
 //! with 401. A client certificate is looked at first.
-//!
-//! Where the credentials that are not built yet go (docs/guarantees.md, Authentication and
-//! authorization): service-account tokens are further bearer-token kinds checked in
-//! [`Authenticator::authenticate`] after the static tokens.
 
 use std::sync::Arc;
 
@@ -23,6 +20,7 @@ use rustls::server::danger::ClientCertVerifier;
 
 use super::admin_token::AdminToken;
 use super::error::ServerError;
+use crate::auth::service_account::ServiceAccountTokens;
 use crate::auth::token_file::TokenFile;
 use crate::auth::UserInfo;
 
@@ -80,6 +78,8 @@ pub struct Authenticator {
     tokens: Arc<TokenFile>,
     /// Chains client certificates to the cluster CA.
     client_certs: Arc<dyn ClientCertVerifier>,
+    /// Service-account tokens (none accepted without).
+    service_accounts: Option<Arc<ServiceAccountTokens>>,
 }
 
 impl Authenticator {
@@ -95,7 +95,14 @@ impl Authenticator {
             admin,
             tokens: Arc::new(tokens),
             client_certs,
+            service_accounts: None,
         })
+    }
+
+    /// Also accepts the service-account tokens `tokens` issued or vouches for.
+    pub fn with_service_accounts(mut self, tokens: Arc<ServiceAccountTokens>) -> Self {
+        self.service_accounts = Some(tokens);
+        self
     }
 
     /// What a certificate chain a client presented (leaf first) says: refused when it does
@@ -162,6 +169,14 @@ impl Authenticator {
         }
         if let Some(user) = self.tokens.user(token) {
             return Authenticated::User(user.clone().with_authenticated_group());
+        }
+        if let Some(service_accounts) = &self.service_accounts {
+            match service_accounts.authenticate(token, &[], chrono::Utc::now().timestamp()) {
+                Ok(who) => return Authenticated::User(who.user),
+                Err(e) => {
+                    tracing::debug!(component = "server", "service account token refused: {e}")
+                }
+            }
         }
         Authenticated::Refused
     }

@@ -24,6 +24,7 @@ use super::listener::{Limits, Listener};
 use super::settings::ServerSettings;
 use super::{identity_lease, kubeconfig, pki, tls};
 use crate::api::{ApiContext, ApiSettings};
+use crate::auth::service_account::ServiceAccountTokens;
 use crate::auth::token_file::TokenFile;
 use crate::client::{identities, Client};
 use crate::cluster::endpoints::{ClusterEndpoints, Servers};
@@ -133,6 +134,7 @@ pub async fn run_until(
     kubeconfig::write(&settings.kubeconfig, &kubeconfig_yaml)?;
 
     let ca_key = read_optional(&dir.ca_key())?.unwrap_or_default();
+    let ca_key_pem = ca_key.clone();
     let advertised_ip = settings
         .advertised_ips()
         .first()
@@ -179,15 +181,27 @@ pub async fn run_until(
         api_port: bound.port(),
         service_cidr: settings.service_cidr.clone(),
     };
+    // Every server holds the CA key, so every server checks the tokens any server issued.
+    let service_accounts = Arc::new(
+        ServiceAccountTokens::from_ca_key(&ca_key_pem, store.clone()).map_err(|e| {
+            ServerError::Crypto {
+                what: "the service account token key",
+                reason: e.to_string(),
+            }
+        })?,
+    );
     let ctx = Arc::new(
-        ApiContext::new(store.clone(), backend.writer(), api_settings).with_reads(backend.reads()),
+        ApiContext::new(store.clone(), backend.writer(), api_settings)
+            .with_reads(backend.reads())
+            .with_service_accounts(service_accounts.clone()),
     );
     let listener = Listener {
         tcp,
         tls: TlsAcceptor::from(tls_config),
         dispatch: Arc::new(Dispatch {
             ctx: ctx.clone(),
-            authn: Authenticator::new(token, static_tokens, &pki.ca_cert_pem)?,
+            authn: Authenticator::new(token, static_tokens, &pki.ca_cert_pem)?
+                .with_service_accounts(service_accounts),
             cluster: backend.cluster_endpoints(),
         }),
         limits: Limits::default(),

@@ -1,7 +1,8 @@
 //! Subresources other than `status` (a part of the object that `get`, `update` and `patch`
 //! serve themselves): `scale` (deployments, replicasets, statefulsets, replicationcontrollers),
-//! namespace `finalize`, pod `eviction` and pod `binding` (and the legacy `bindings`
-//! collection, which binds the pod its body names). A subresource that writes plans one
+//! namespace `finalize`, pod `eviction`, pod `binding` (and the legacy `bindings`
+//! collection, which binds the pod its body names) and service account `token` (a bound
+//! token, stored nowhere). A subresource that writes plans one
 //! attempt from the stored object and the request (`write::Plan`: replace the object with a
 //! new version, or store a change of fields the server owns, or remove it) and hands the plan
 //! to `write::read_modify_write`, which carries it through the write step and plans again when
@@ -15,6 +16,7 @@ mod binding;
 mod eviction;
 mod finalize;
 mod scale;
+mod token;
 
 use http::{Method, Response};
 
@@ -30,6 +32,7 @@ pub async fn serve(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
         (Some("finalize"), &Method::PUT) => finalize::put(req).await,
         (Some("eviction"), &Method::POST) => eviction::post(req).await,
         (Some("binding"), &Method::POST) => binding::post(req).await,
+        (Some("token"), &Method::POST) => token::post(req).await,
         _ => Err(ApiError::MethodNotAllowed),
     }
 }
