@@ -552,3 +552,76 @@ fn a_token_issued_by_one_server_is_accepted_by_every_server() {
         .collect();
     assert!(jwks.iter().all(|j| j == &jwks[0]), "{jwks:?}");
 }
+
+#[test]
+fn a_legacy_token_lives_in_its_secret() {
+    let server = Server::start(&[]);
+    let admin = server.kubeconfig_path();
+    apply(KUBECTL_1_33, &admin, SETUP);
+    apply(
+        KUBECTL_1_33,
+        &admin,
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: bot-token\n  namespace: team\n  annotations: {kubernetes.io/service-account.name: bot}\ntype: kubernetes.io/service-account-token\n",
+    );
+    let ca = server.data_dir.join("ca.crt");
+    // The token controller fills the Secret.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let secret = loop {
+        let out = ok(
+            KUBECTL_1_33,
+            &admin,
+            &["get", "secret", "bot-token", "-n", "team", "-o", "json"],
+        );
+        let secret: Value = serde_json::from_str(&out).unwrap();
+        if secret["data"]["token"].is_string() {
+            break secret;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never filled: {secret}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let decode = |field: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(secret["data"][field].as_str().unwrap())
+            .unwrap()
+    };
+    assert_eq!(decode("namespace"), b"team");
+    assert_eq!(decode("ca.crt"), std::fs::read(&ca).unwrap());
+    let uid = ok(
+        KUBECTL_1_33,
+        &admin,
+        &[
+            "get",
+            "sa",
+            "bot",
+            "-n",
+            "team",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+    );
+    assert_eq!(
+        secret["metadata"]["annotations"]["kubernetes.io/service-account.uid"],
+        uid.as_str()
+    );
+    let token = decode("token");
+    let get = |path: &str| {
+        request(server.addr, &ca, "GET", path, Some(&token), "")
+            .unwrap()
+            .0
+    };
+    assert_eq!(get("/api/v1/namespaces/team/pods"), 200);
+    assert_eq!(get("/api/v1/namespaces/team/secrets"), 403);
+    ok(
+        KUBECTL_1_33,
+        &admin,
+        &["delete", "secret", "bot-token", "-n", "team"],
+    );
+    assert_eq!(
+        get("/api/v1/namespaces/team/pods"),
+        401,
+        "its Secret is gone"
+    );
+}

@@ -14,6 +14,7 @@
 //!   [`bootstrap`]: the system namespaces and the `kubernetes` Service and endpoints;
 //!   [`rbac_defaults`]: the default roles and bindings, reconciled before the controllers start.
 //! - Controllers, one file or folder each: [`service_account`] (`default` in every namespace),
+//!   [`service_account_token`] (legacy tokens in `kubernetes.io/service-account-token` Secrets),
 //!   [`root_ca`] (`kube-root-ca.crt` in every namespace), [`event_ttl`] (Events expire),
 //!   [`node_lifecycle`] (silent nodes, taints from conditions), [`node_ipam`] (pod CIDRs), [`taint_eviction`] (pods
 //!   leave NoExecute-tainted nodes), [`pod_gc`] (terminated and orphaned pods),
@@ -63,6 +64,7 @@ pub(crate) mod root_ca;
 pub(crate) mod runner;
 pub mod scheduler;
 pub(crate) mod service_account;
+pub(crate) mod service_account_token;
 pub(crate) mod statefulset;
 pub(crate) mod taint_eviction;
 pub(crate) mod taints;

@@ -42,6 +42,7 @@ use super::queue::WorkQueue;
 use super::replicaset::{ReplicaSets, ReplicationControllers};
 use super::root_ca::RootCaPublisher;
 use super::service_account::ServiceAccounts;
+use super::service_account_token::TokenSecrets;
 use super::statefulset::StatefulSets;
 use super::taint_eviction::TaintEviction;
 use super::ttl_after_finished::TtlAfterFinished;
@@ -142,6 +143,7 @@ fn controller_manager(builder: &mut InformersBuilder) -> Vec<Launch> {
     vec![
         launch::<ServiceAccounts>(builder),
         launch::<RootCaPublisher>(builder),
+        launch::<TokenSecrets>(builder),
         launch::<EventTtl>(builder),
         launch::<NodeLifecycle>(builder),
         launch::<TaintEviction>(builder),
