@@ -14,6 +14,7 @@
 //!   name, or a non-resource path), as kube-apiserver's RequestInfo reads the URL.
 //! - [`rbac`]: the authorizer (rules, the index of bindings kept from the store's watch,
 //!   escalation prevention); [`bootstrap_policy`]: the default roles and bindings.
+//! - [`node`]: the Node authorizer (a node reaches only what its pods use), asked before RBAC.
 //! - [`messages`]: kube-apiserver's 403 texts and Go's `%q`.
 //!
 //! The API router (`api::router`) resolves impersonation and authorizes every request before
@@ -23,6 +24,7 @@ pub(crate) mod attributes;
 pub(crate) mod bootstrap_policy;
 pub(crate) mod impersonation;
 pub(crate) mod messages;
+pub(crate) mod node;
 pub(crate) mod rbac;
 pub(crate) mod service_account;
 pub(crate) mod token_file;

@@ -8,6 +8,8 @@
 //! - `spec.boundObjectRef` binds the token to a Pod (one running as this service account; its
 //!   node goes into the token when the node exists) or a Secret, which must exist and, when
 //!   the reference names a uid, still have it (409); other kinds are 400;
+//! - a node (`system:node:<name>`) gets only tokens bound to a pod on itself
+//!   (NodeRestriction);
 //! - the answer is 201 with the request, `status.token` and `status.expirationTimestamp`.
 //!
 //! Nothing is stored: the token is checked against the store when it is used
@@ -165,6 +167,26 @@ pub async fn post(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
             })
         }
     };
+    // NodeRestriction: a node asks only for tokens bound to its own pods.
+    if let Some(node) = crate::auth::node::node_name(&req.user) {
+        let denied = |detail: &str| ApiError::Denied {
+            gr: Gr::of(req.info()),
+            name: name.clone(),
+            detail: detail.to_string(),
+        };
+        match &bound {
+            Some(BoundObject::Pod { name: pod, .. }) => {
+                let on_node =
+                    get("pods", pod).is_some_and(|p| p.field("spec.nodeName") == Some(node));
+                if !on_node {
+                    return Err(denied(
+                        "node requested token bound to a pod scheduled on a different node",
+                    ));
+                }
+            }
+            _ => return Err(denied("node requested token not bound to a pod")),
+        }
+    }
     let token_spec = TokenSpec {
         namespace: namespace.clone(),
         service_account: Ref {

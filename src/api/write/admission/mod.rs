@@ -4,13 +4,15 @@
 //! decoding and storage. A plugin sees the request (user, resource, subresource, namespace, dry
 //! run) and the operation; it may change the object or refuse the write.
 //!
-//! Plugins, in kube-apiserver's order: [`default_toleration_seconds`]; then RBAC's escalation
+//! Plugins, in kube-apiserver's order: [`node_restriction`] (what a node may write),
+//! [`default_toleration_seconds`]; then RBAC's escalation
 //! prevention ([`rbac_escalation`]), which kube-apiserver applies in the RBAC kinds' storage
 //! after admission. Namespace lifecycle, an
 //! admission plugin in kube-apiserver, is part of the create path here (`new_object`), because
 //! whether a create waits for the read barrier depends on it.
 
 mod default_toleration_seconds;
+mod node_restriction;
 mod rbac_escalation;
 
 use serde_json::Value;
@@ -21,7 +23,6 @@ use crate::kube::object::ObjectRef;
 
 /// What is being admitted. The stored object of a deletion is here for the plugins that will
 /// check deletions.
-#[expect(dead_code, reason = "read by plugins that check deletions")]
 pub enum Operation<'a> {
     /// A new object, before its name is generated and its metadata set.
     Create { object: &'a mut Value },
@@ -39,7 +40,11 @@ pub enum Operation<'a> {
 pub type Plugin = fn(&ApiRequest, &mut Operation<'_>) -> Result<(), ApiError>;
 
 /// The plugins every write passes, in order.
-const PLUGINS: &[Plugin] = &[default_toleration_seconds::admit, rbac_escalation::admit];
+const PLUGINS: &[Plugin] = &[
+    node_restriction::admit,
+    default_toleration_seconds::admit,
+    rbac_escalation::admit,
+];
 
 /// Passes `operation` of `req` through every plugin.
 pub fn admit(req: &ApiRequest, mut operation: Operation<'_>) -> Result<(), ApiError> {
