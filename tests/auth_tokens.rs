@@ -625,3 +625,50 @@ fn a_legacy_token_lives_in_its_secret() {
         "its Secret is gone"
     );
 }
+
+#[test]
+fn pods_get_their_service_account_token_volume() {
+    let server = Server::start(&[]);
+    let admin = server.kubeconfig_path();
+    apply(KUBECTL_1_33, &admin, SETUP);
+    apply(
+        KUBECTL_1_33,
+        &admin,
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: quiet, namespace: team}\nautomountServiceAccountToken: false\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p1, namespace: team}\nspec:\n  serviceAccountName: bot\n  initContainers: [{name: i, image: busybox}]\n  containers: [{name: c, image: busybox}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p2, namespace: team}\nspec:\n  serviceAccountName: quiet\n  containers: [{name: c, image: busybox}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p3, namespace: team}\nspec:\n  containers: [{name: c, image: busybox}]\n",
+    );
+    let pod = |name: &str| -> Value {
+        serde_json::from_str(&ok(
+            KUBECTL_1_33,
+            &admin,
+            &["get", "pod", name, "-n", "team", "-o", "json"],
+        ))
+        .unwrap()
+    };
+    let p1 = pod("p1");
+    let volume = &p1["spec"]["volumes"][0];
+    let name = volume["name"].as_str().unwrap();
+    assert!(name.starts_with("kube-api-access-"), "{volume}");
+    assert_eq!(
+        volume["projected"]["sources"][0]["serviceAccountToken"],
+        json!({"expirationSeconds": 3607, "path": "token"})
+    );
+    assert_eq!(
+        volume["projected"]["sources"][1]["configMap"]["name"],
+        "kube-root-ca.crt"
+    );
+    for group in ["initContainers", "containers"] {
+        assert_eq!(
+            p1["spec"][group][0]["volumeMounts"][0],
+            json!({"name": name, "readOnly": true,
+                   "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}),
+            "{group}"
+        );
+    }
+    assert!(pod("p2")["spec"].get("volumes").is_none(), "automount off");
+    let p3 = pod("p3");
+    assert_eq!(p3["spec"]["serviceAccountName"], "default");
+    assert!(p3["spec"]["volumes"][0]["name"]
+        .as_str()
+        .unwrap()
+        .starts_with("kube-api-access-"));
+}

@@ -4,7 +4,8 @@
 //! decoding and storage. A plugin sees the request (user, resource, subresource, namespace, dry
 //! run) and the operation; it may change the object or refuse the write.
 //!
-//! Plugins, in kube-apiserver's order: [`node_restriction`] (what a node may write),
+//! Plugins, in kube-apiserver's order: [`service_account`] (a pod's account and its token
+//! volume), [`node_restriction`] (what a node may write),
 //! [`default_toleration_seconds`]; then RBAC's escalation
 //! prevention ([`rbac_escalation`]), which kube-apiserver applies in the RBAC kinds' storage
 //! after admission. Namespace lifecycle, an
@@ -14,6 +15,7 @@
 mod default_toleration_seconds;
 mod node_restriction;
 mod rbac_escalation;
+mod service_account;
 
 use serde_json::Value;
 
@@ -41,6 +43,7 @@ pub type Plugin = fn(&ApiRequest, &mut Operation<'_>) -> Result<(), ApiError>;
 
 /// The plugins every write passes, in order.
 const PLUGINS: &[Plugin] = &[
+    service_account::admit,
     node_restriction::admit,
     default_toleration_seconds::admit,
     rbac_escalation::admit,
