@@ -3,8 +3,8 @@
 //! without a `mode`, on a tmpfs as kubelet keeps it. Every source is tried; the failures are
 //! reported together, as kubelet aggregates them.
 //!
-//! **serviceAccountToken** sources are skipped: tokens need the TokenRequest API, which the
-//! API server does not serve yet. The `kube-api-access-*` volume the service account admission
+//! **serviceAccountToken** sources are skipped: the agent does not request tokens from the
+//! TokenRequest API (`serviceaccounts/<name>/token`) yet. The `kube-api-access-*` volume the service account admission
 //! adds to every pod therefore holds `ca.crt` (from the namespace's `kube-root-ca.crt`
 //! ConfigMap) and `namespace`, and no `token`; clients that need a token fail when they read
 //! it, the pod itself starts. `clusterTrustBundle` and `podCertificate` sources are refused
