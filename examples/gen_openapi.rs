@@ -88,6 +88,9 @@ fn schema_for(generator: &mut SchemaGenerator, r: &ResourceInfo) -> String {
         ("authentication.k8s.io", "v1", "SelfSubjectReview") => {
             name!(authentication::v1::SelfSubjectReview)
         }
+        ("authentication.k8s.io", "v1", "TokenReview") => {
+            name!(authentication::v1::TokenReview)
+        }
         (g, v, k) => panic!("no k8s-openapi type mapped for {g}/{v} {k}; add it to schema_for"),
     }
 }

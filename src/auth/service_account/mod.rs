@@ -141,7 +141,7 @@ impl ServiceAccountTokens {
 
     /// A signed bound token for `spec`, issued at `now` (Unix seconds), and when it expires.
     pub fn issue(&self, spec: &TokenSpec, now: i64) -> Result<(String, i64), TokenError> {
-        let exp = now + spec.expiration_seconds;
+        let exp = now.saturating_add(spec.expiration_seconds);
         let (pod, secret, node) = match &spec.bound {
             None => (None, None, None),
             Some(BoundObject::Pod { name, uid, node }) => (
@@ -211,11 +211,6 @@ impl ServiceAccountTokens {
         self.key.sign(&value)
     }
 
-    /// Whether `token` looks like a JWT at all (other bearer tokens are not ours to judge).
-    pub fn looks_like_jwt(token: &[u8]) -> bool {
-        token.starts_with(b"eyJ") && token.iter().filter(|b| **b == b'.').count() == 2
-    }
-
     /// The user of `token` at `now`, accepted for one of `audiences` (the server's own,
     /// [`ISSUER`], when empty).
     pub fn authenticate(
@@ -242,10 +237,13 @@ impl ServiceAccountTokens {
             return Err(TokenError::Claims);
         }
         let exp = claims.exp.ok_or(TokenError::Claims)?;
-        if now > exp + LEEWAY_SECONDS {
+        if now > exp.saturating_add(LEEWAY_SECONDS) {
             return Err(TokenError::Expired);
         }
-        if claims.nbf.is_some_and(|nbf| now + LEEWAY_SECONDS < nbf) {
+        if claims
+            .nbf
+            .is_some_and(|nbf| now.saturating_add(LEEWAY_SECONDS) < nbf)
+        {
             return Err(TokenError::NotYetValid);
         }
         let accepted: Vec<String> = if audiences.is_empty() {
