@@ -56,8 +56,10 @@ fn requests_skip_a_dead_server_and_watches_stream_until_their_server_dies() {
     let admin = server.api();
     rt.block_on(async {
         let api = ApiClient::new(&creds.tls().unwrap(), servers.clone());
+        // Services: a node may list and watch them (not ConfigMaps, which it reads one by one
+        // and only for its pods).
         let list = api
-            .get("/api/v1/namespaces/default/configmaps")
+            .get("/api/v1/namespaces/default/services")
             .await
             .unwrap()
             .expect("a list");
@@ -69,16 +71,16 @@ fn requests_skip_a_dead_server_and_watches_stream_until_their_server_dies() {
         let rv = list["metadata"]["resourceVersion"].as_str().unwrap();
         let mut watch = api
             .watch(&format!(
-                "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}"
+                "/api/v1/namespaces/default/services?watch=true&resourceVersion={rv}"
             ))
             .await
             .unwrap();
         for i in 0..3 {
+            let service = serde_json::json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": format!("w{i}"), "namespace": "default"},
+                "spec": {"ports": [{"port": 80}]}});
             let resp = admin
-                .post_json(
-                    "/api/v1/namespaces/default/configmaps",
-                    &configmap("default", &format!("w{i}"), serde_json::json!({"k": "v"})),
-                )
+                .post_json("/api/v1/namespaces/default/services", &service)
                 .await
                 .unwrap();
             assert_eq!(resp.status, 201);
