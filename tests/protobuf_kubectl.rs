@@ -51,9 +51,21 @@ fn normalize(mut v: Value, ns: &str) -> String {
             spec.remove(k);
         }
     }
-    serde_json::to_string(&v)
+    let text = serde_json::to_string(&v)
         .unwrap_or_default()
-        .replace(&format!("\"{ns}\""), "\"NS\"")
+        .replace(&format!("\"{ns}\""), "\"NS\"");
+    // A pod's token volume has a random suffix (`kube-api-access-xxxxx`).
+    let prefix = "kube-api-access-";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(prefix) {
+        let after = at + prefix.len();
+        out.push_str(&rest[..after]);
+        out.push_str("SUFFIX");
+        rest = rest[after..].get(5..).unwrap_or("");
+    }
+    out.push_str(rest);
+    out
 }
 
 #[test]
