@@ -10,6 +10,7 @@ use super::node_port::NodePortAllocator;
 use crate::auth::rbac::Authorizer;
 use crate::kube::store::Store;
 use crate::kube::writer::{LocalReads, ReadBarrier, Writer};
+use crate::streams::Streams;
 
 /// Settings the API layer reads (fixed for the life of the process).
 #[derive(Debug, Clone)]
@@ -41,6 +42,8 @@ pub struct ApiContext {
     pub node_ports: Arc<NodePortAllocator>,
     /// RBAC over this context's store (shared likewise).
     pub authorizer: Arc<Authorizer>,
+    /// The agents' tunnels and the way to the other servers (`streams`; shared likewise).
+    pub streams: Arc<Streams>,
 }
 
 impl ApiContext {
@@ -58,6 +61,7 @@ impl ApiContext {
             ready: std::sync::atomic::AtomicBool::new(false),
             cluster_ips: Arc::new(cluster_ips),
             node_ports: Arc::new(NodePortAllocator::new()),
+            streams: Arc::default(),
         }
     }
 
@@ -75,6 +79,7 @@ impl ApiContext {
             cluster_ips: self.cluster_ips.clone(),
             node_ports: self.node_ports.clone(),
             authorizer: self.authorizer.clone(),
+            streams: self.streams.clone(),
         }
     }
 

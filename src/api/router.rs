@@ -63,6 +63,9 @@ where
             return ApiError::denied(&user.name, &info, &reason).into_response();
         }
     }
+    if crate::streams::owns(&path) {
+        return crate::streams::serve(ctx, req, user).await;
+    }
     let accept = header_str(&req, header::ACCEPT);
     if path.starts_with("/openapi") || path.starts_with("/swagger") {
         return openapi::respond(&path, &accept)

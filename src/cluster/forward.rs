@@ -63,7 +63,7 @@ pub fn forwarded_user<B>(node: &ClusterNode, req: &Request<B>) -> Option<UserInf
 
 /// The header value carrying `user`: its JSON with every non-ASCII character escaped, so it
 /// is a valid header value whatever the names hold.
-fn user_header(user: &UserInfo) -> Option<HeaderValue> {
+pub(crate) fn user_header(user: &UserInfo) -> Option<HeaderValue> {
     let json = serde_json::to_string(user).ok()?;
     let mut ascii = String::with_capacity(json.len());
     for c in json.chars() {

@@ -25,7 +25,7 @@ mod container;
 pub mod detect;
 mod error;
 mod exec;
-mod layout;
+pub(crate) mod layout;
 pub mod logs;
 pub(crate) mod oci;
 pub mod pleg;
