@@ -473,6 +473,165 @@ fn logs_and_exec_through_another_server() {
             "{k}: {err}"
         );
     }
-    let _ = setup.cluster.members.len();
+
+    // exec: output, exit codes, stdin through `cat`.
+    let input: Vec<u8> = (0..3u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    for k in KUBECTLS {
+        let out = kubectl(k, kc, &["exec", "fixed", "--", "echo", "hello"]);
+        assert!(out.status.success(), "{k}: {}", explain(&out));
+        assert_eq!(text(&out), "hello\n", "{k}");
+
+        let out = kubectl(
+            k,
+            kc,
+            &[
+                "exec",
+                "fixed",
+                "--",
+                "sh",
+                "-c",
+                "echo out; echo err >&2; exit 3",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(3), "{k}: {}", explain(&out));
+        assert_eq!(text(&out), "out\n", "{k}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("err\n") && err.contains("command terminated with exit code 3"),
+            "{k}: {err}"
+        );
+
+        let started = Instant::now();
+        let out = kubectl_stdin(k, kc, &["exec", "-i", "fixed", "--", "cat"], &input);
+        assert!(
+            out.status.success(),
+            "{k}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.stdout.len(), input.len(), "{k}");
+        assert!(out.stdout == input, "{k}: stdin came back changed");
+        println!(
+            "{k}: exec -i cat of {} MiB in {:?}",
+            input.len() >> 20,
+            started.elapsed()
+        );
+
+        let out = kubectl(k, kc, &["--as=alice", "exec", "fixed", "--", "true"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("pods/exec"),
+            "{k}: {err}"
+        );
+    }
+
+    // Bad input: exec into a container that is not running, malformed upgrades, a broken
+    // SPDY frame; the server answers cleanly and keeps serving.
+    rt.block_on(async {
+        wait_pod(&c, &setup.agent, "crasher", |p| {
+            p["status"]["containerStatuses"][0]["state"]["waiting"].is_object()
+        })
+        .await;
+    });
+    for k in KUBECTLS {
+        let out = kubectl(k, kc, &["exec", "crasher", "--", "true"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("not running"),
+            "{k}: {err}"
+        );
+    }
+    let c_addr = setup.cluster.members[c_index].api.to_string();
+    let token =
+        std::fs::read_to_string(setup.cluster.members[c_index].data_dir.join("admin-token"))
+            .expect("admin token")
+            .trim()
+            .to_string();
+    let exec_path = "/api/v1/namespaces/default/pods/fixed/exec?command=cat&stdin=true&stdout=true";
+    let answer = raw_exchange(
+        &c_addr,
+        &token,
+        exec_path,
+        "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n",
+        b"",
+    );
+    assert!(
+        answer.starts_with("HTTP/1.1 400") && answer.contains("Sec-WebSocket-Key"),
+        "{answer}"
+    );
+    let answer = raw_exchange(&c_addr, &token, exec_path, "Upgrade: SPDY/3.1\r\nConnection: Upgrade\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n", &[0x80, 0x02, 0x00, 0x01, 0, 0, 0, 4, 1, 2, 3, 4]);
+    assert!(
+        answer.starts_with("HTTP/1.1 101") && answer.contains("closed"),
+        "{answer}"
+    );
+    let out = kubectl(KUBECTLS[1], kc, &["exec", "fixed", "--", "echo", "still"]);
+    assert_eq!(text(&out), "still\n", "{}", explain(&out));
     let _ = std::io::stdout().flush();
+}
+
+/// kubectl with `input` on its stdin.
+fn kubectl_stdin(binary: &str, kubeconfig: &Path, args: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new("timeout")
+        .arg("120")
+        .arg(binary)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kubectl");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("kubectl output");
+    let _ = feeder.join();
+    out
+}
+
+/// Sends one upgrade request (then `after` once it was answered) over TLS with Python's ssl
+/// module, and returns the answer's text followed by `closed` if the server closed the
+/// connection within 10 s.
+fn raw_exchange(addr: &str, token: &str, path: &str, headers: &str, after: &[u8]) -> String {
+    let (host, port) = addr.rsplit_once(':').expect("host:port");
+    let script = r#"
+import socket, ssl, sys
+host, port, token, path, headers, after = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], bytes.fromhex(sys.argv[6])
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+s = ctx.wrap_socket(socket.create_connection((host, port), timeout=10))
+s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n%s\r\n" % (path, host, token, headers)).encode())
+data = b""
+while b"\r\n\r\n" not in data:
+    chunk = s.recv(65536)
+    if not chunk: break
+    data += chunk
+if data.startswith(b"HTTP/1.1 101"):
+    s.sendall(after)
+else:
+    s.settimeout(1)
+try:
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            data += b"\nclosed"
+            break
+        data += chunk
+except Exception as e:
+    data += ("\n" + str(e)).encode()
+sys.stdout.write(data.decode("latin-1"))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script, host, port, token, path, headers])
+        .arg(hex::encode(after))
+        .output()
+        .expect("python3");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }

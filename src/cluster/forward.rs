@@ -36,7 +36,8 @@ const APPLY_WAIT: Duration = Duration::from_secs(10);
 
 /// Whether a request is a client write that a follower forwards. The access reviews
 /// (`authorization.k8s.io`, `authentication.k8s.io`) are POSTs that write nothing: every
-/// member answers them from its own store.
+/// member answers them from its own store; a POST to `pods/exec` is a stream, which goes to
+/// the server holding the node's tunnel (`streams`), not to the leader.
 pub fn is_forwardable_write<B>(req: &Request<B>) -> bool {
     let path = req.uri().path();
     matches!(
@@ -45,6 +46,7 @@ pub fn is_forwardable_write<B>(req: &Request<B>) -> bool {
     ) && (path.starts_with("/api/") || path.starts_with("/apis/"))
         && !path.starts_with("/apis/authorization.k8s.io/")
         && !path.starts_with("/apis/authentication.k8s.io/")
+        && !crate::streams::owns(path)
 }
 
 /// The user of a request forwarded by a peer: present only when the request carries the

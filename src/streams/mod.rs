@@ -22,10 +22,13 @@
 //! or `get pods/exec`), like any other request.
 
 pub(crate) mod exec;
+pub(crate) mod frame;
 pub(crate) mod logs;
 pub(crate) mod relay;
 pub(crate) mod route;
+pub(crate) mod spdy;
 pub(crate) mod tunnel;
+pub(crate) mod websocket;
 
 use std::sync::{Arc, OnceLock};
 
@@ -181,6 +184,17 @@ pub fn container_status<'a>(
     .filter_map(|list| pod["status"][*list].as_array())
     .flatten()
     .find(|c| c["name"].as_str() == Some(container))
+}
+
+/// A body fed piece by piece through a channel (bounded: a slow reader holds the writer).
+pub fn channel_body(rx: tokio::sync::mpsc::Receiver<Bytes>) -> ApiBody {
+    use http_body_util::BodyExt;
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::io::Error>(hyper::body::Frame::data(b)), rx))
+    });
+    http_body_util::StreamBody::new(stream).boxed()
 }
 
 /// Whether a request came relayed from another server.

@@ -41,7 +41,7 @@ use parking_lot::Mutex;
 pub use container::{ContainerState, ContainerStatus, START_ERROR_EXIT_CODE};
 pub use detect::{RuntimeInfo, RuntimeKind};
 pub use error::RuntimeError;
-pub use exec::{ExecOutput, MAX_EXEC_OUTPUT};
+pub use exec::{AttachedExec, ExecOutput, MAX_EXEC_OUTPUT};
 pub use layout::Layout;
 pub use spec::{
     CapabilityChanges, ContainerConfig, NamespaceMode, PodRef, PodSandbox, Propagation,

@@ -15,8 +15,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Incoming;
 use tokio::sync::mpsc;
 
 use super::runtime::layout::path_component;
@@ -132,20 +131,10 @@ fn serve_logs(
             tracing::warn!(component = "streams", "serving a log: {e}");
         }
     });
-    let mut resp = Response::new(body_of(rx));
+    let mut resp = Response::new(crate::streams::channel_body(rx));
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("text/plain"),
     );
     resp
-}
-
-/// A receiver as a stream.
-pub(crate) fn body_of(rx: mpsc::Receiver<Bytes>) -> ApiBody {
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, std::io::Error>(Frame::data(b)), rx))
-    });
-    BodyExt::boxed(StreamBody::new(stream))
 }
