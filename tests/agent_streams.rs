@@ -335,7 +335,11 @@ fn logs_and_exec_through_another_server() {
         let role = json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "pod-reader"},
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+                // `get` alone must not run a command (a WebSocket exec is a GET).
+                {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get"]},
+            ],
         });
         let binding = json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -521,10 +525,24 @@ fn logs_and_exec_through_another_server() {
         let out = kubectl(k, kc, &["--as=alice", "exec", "fixed", "--", "true"]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
-            !out.status.success() && err.contains("pods/exec"),
+            !out.status.success() && err.contains("cannot create resource \"pods/exec\""),
             "{k}: {err}"
         );
     }
+
+    // kubectl 1.33 speaks WebSocket and falls back to SPDY when that fails: check that it
+    // had no need to.
+    let out = kubectl(
+        KUBECTLS[1],
+        kc,
+        &["-v=7", "exec", "fixed", "--", "echo", "ws"],
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(text(&out), "ws\n", "{}", explain(&out));
+    assert!(
+        log.contains("v5.channel.k8s.io") && !log.contains("verb=\"POST\""),
+        "kubectl 1.33 fell back from WebSocket: {log}"
+    );
 
     // Bad input: exec into a container that is not running, malformed upgrades, a broken
     // SPDY frame; the server answers cleanly and keeps serving.

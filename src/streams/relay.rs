@@ -66,7 +66,15 @@ pub async fn relay<B>(
         .body(Empty::<Bytes>::new())
         .map_err(|e| ApiError::BadRequest(format!("request cannot be relayed: {e}")))?;
     for (k, v) in req.headers() {
-        if k != header::AUTHORIZATION && k != header::HOST && k != FORWARDED_USER && k != RELAYED {
+        // The user sent is the one impersonation already resolved to: the receiver must not
+        // resolve it again (the user would be impersonating itself).
+        let impersonation = k.as_str().starts_with("impersonate-");
+        if k != header::AUTHORIZATION
+            && k != header::HOST
+            && k != FORWARDED_USER
+            && k != RELAYED
+            && !impersonation
+        {
             out.headers_mut().append(k.clone(), v.clone());
         }
     }
