@@ -25,6 +25,7 @@
 //!   under openraft, which [`cluster`] runs for HA clusters.
 //! - [`storage`]: the CRC-framed record format and durable-file helpers shared by all files.
 //! - [`systemd`]: sd_notify, socket activation and journald.
+//! - `streams`: `pods/log` and `pods/exec` carried to a node's agent over its tunnel.
 //!
 //! What each part promises its users (durability, resourceVersion, linearizable reads, …) and
 //! what is not built yet: docs/guarantees.md. How the parts fit together: docs/architecture.md.
@@ -45,6 +46,7 @@ pub mod lb;
 pub mod raft;
 pub mod server;
 pub mod storage;
+pub(crate) mod streams;
 pub mod systemd;
 
 pub use allocator::tune_allocator;

@@ -30,6 +30,7 @@ pub(crate) mod run;
 pub mod runtime;
 pub mod sandbox;
 pub(crate) mod settings;
+pub(crate) mod streams;
 
 pub use run::{run, run_until, AgentError};
 pub use settings::{AgentFlags, AgentSettings};

@@ -29,6 +29,7 @@ use super::pods::{self, PodCounts, PodsDeps, PodsSettings};
 use super::runtime::{self, Runtime, RuntimeKind, RuntimeSettings};
 use super::sandbox::{SandboxSettings, Sandboxes};
 use super::settings::{AgentSettings, RuntimeChoice};
+use super::streams::StreamsDeps;
 use crate::failover::{discovery, health, Failover, StateFile};
 use crate::http_client::{TlsError, Transport};
 use crate::systemd::notify::{self, Notifier};
@@ -120,7 +121,7 @@ async fn start_pods(
     machine: &Machine,
     counts: PodCounts,
     stop: &CancellationToken,
-) -> Result<(), String> {
+) -> Result<Arc<Runtime>, String> {
     let runtime = Runtime::new(
         info,
         RuntimeSettings::new(&settings.node_dir, &settings.log_dir),
@@ -184,7 +185,7 @@ async fn start_pods(
     pods::start(
         PodsDeps {
             api: api.clone(),
-            runtime,
+            runtime: runtime.clone(),
             images,
             sandboxes,
             settings: pods_settings,
@@ -192,7 +193,7 @@ async fn start_pods(
         counts,
         stop.clone(),
     );
-    Ok(())
+    Ok(runtime)
 }
 
 /// What pods may use of this machine, as the Node's allocatable says: capacity minus
@@ -314,7 +315,8 @@ pub async fn run_until(
         joined = join::ensure(&settings, &join_via) => joined?,
     };
     servers.on_members(&joined.servers);
-    let api = ApiClient::new(&joined.credentials.tls()?, servers.clone());
+    let tls = joined.credentials.tls()?;
+    let api = ApiClient::new(&tls, servers.clone());
 
     let check_every = settings.server_check_interval;
     tokio::spawn(health::run(
@@ -416,11 +418,21 @@ pub async fn run_until(
         );
         let problem = runtime_problem.clone();
         tokio::spawn(async move {
-            if let Err(e) =
-                start_pods(&settings, &api, info, &state, &pods_machine, counts2, &stop).await
-            {
-                tracing::error!(component = "pods", "no pods can run here: {e}");
-                problem.send_replace(Some(e));
+            match start_pods(&settings, &api, info, &state, &pods_machine, counts2, &stop).await {
+                // The tunnel serves logs and exec of the pods the runtime runs.
+                Ok(runtime) => {
+                    tokio::spawn(super::streams::tunnel::run(
+                        api.clone(),
+                        tls,
+                        settings.node_name.clone(),
+                        Arc::new(StreamsDeps { runtime }),
+                        stop.clone(),
+                    ));
+                }
+                Err(e) => {
+                    tracing::error!(component = "pods", "no pods can run here: {e}");
+                    problem.send_replace(Some(e));
+                }
             }
         });
         counts

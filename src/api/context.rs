@@ -11,6 +11,7 @@ use crate::auth::rbac::Authorizer;
 use crate::auth::service_account::ServiceAccountTokens;
 use crate::kube::store::Store;
 use crate::kube::writer::{LocalReads, ReadBarrier, Writer};
+use crate::streams::Streams;
 
 /// Settings the API layer reads (fixed for the life of the process).
 #[derive(Debug, Clone)]
@@ -46,6 +47,8 @@ pub struct ApiContext {
     /// server gives it one (then `serviceaccounts/token` is not served, as kube-apiserver
     /// without a signing key does not serve it).
     pub service_accounts: Option<Arc<ServiceAccountTokens>>,
+    /// The agents' tunnels and the way to the other servers (`streams`; shared likewise).
+    pub streams: Arc<Streams>,
 }
 
 impl ApiContext {
@@ -64,6 +67,7 @@ impl ApiContext {
             cluster_ips: Arc::new(cluster_ips),
             node_ports: Arc::new(NodePortAllocator::new()),
             service_accounts: None,
+            streams: Arc::default(),
         }
     }
 
@@ -82,6 +86,7 @@ impl ApiContext {
             node_ports: self.node_ports.clone(),
             authorizer: self.authorizer.clone(),
             service_accounts: self.service_accounts.clone(),
+            streams: self.streams.clone(),
         }
     }
 

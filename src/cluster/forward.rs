@@ -36,7 +36,8 @@ const APPLY_WAIT: Duration = Duration::from_secs(10);
 
 /// Whether a request is a client write that a follower forwards. The access reviews
 /// (`authorization.k8s.io`, `authentication.k8s.io`) are POSTs that write nothing: every
-/// member answers them from its own store.
+/// member answers them from its own store; a POST to `pods/exec` is a stream, which goes to
+/// the server holding the node's tunnel (`streams`), not to the leader.
 pub fn is_forwardable_write<B>(req: &Request<B>) -> bool {
     let path = req.uri().path();
     matches!(
@@ -45,6 +46,7 @@ pub fn is_forwardable_write<B>(req: &Request<B>) -> bool {
     ) && (path.starts_with("/api/") || path.starts_with("/apis/"))
         && !path.starts_with("/apis/authorization.k8s.io/")
         && !path.starts_with("/apis/authentication.k8s.io/")
+        && !crate::streams::owns(path)
 }
 
 /// The user of a request forwarded by a peer: present only when the request carries the
@@ -63,7 +65,7 @@ pub fn forwarded_user<B>(node: &ClusterNode, req: &Request<B>) -> Option<UserInf
 
 /// The header value carrying `user`: its JSON with every non-ASCII character escaped, so it
 /// is a valid header value whatever the names hold.
-fn user_header(user: &UserInfo) -> Option<HeaderValue> {
+pub(crate) fn user_header(user: &UserInfo) -> Option<HeaderValue> {
     let json = serde_json::to_string(user).ok()?;
     let mut ascii = String::with_capacity(json.len());
     for c in json.chars() {

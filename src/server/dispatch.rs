@@ -16,6 +16,7 @@ use crate::api::{router, ApiBody, ApiContext, UserInfo};
 use crate::cluster::endpoints::ClusterEndpoints;
 use crate::cluster::forward::{self, Routed};
 use crate::cluster::node::Leadership;
+use crate::streams::tunnel;
 
 /// What every connection task shares.
 pub struct Dispatch {
@@ -63,6 +64,15 @@ impl Dispatch {
             Authenticated::Anonymous => return Ok(ApiError::HttpsRequired.into_response()),
             Authenticated::Refused => return Ok(ApiError::Unauthorized.into_response()),
         };
+        if req.uri().path() == tunnel::PATH {
+            let name = node.map_or(&self.ctx.settings.server_name, |n| &n.me.name);
+            return Ok(tunnel::accept(
+                self.ctx.streams.tunnels.clone(),
+                req,
+                &user,
+                name,
+            ));
+        }
         if let Some(node) = node {
             if forward::is_forwardable_write(&req) && node.leadership() != Leadership::Me {
                 return Ok(match forward::route(node, req, &user).await {

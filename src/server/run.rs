@@ -195,6 +195,19 @@ pub async fn run_until(
             .with_reads(backend.reads())
             .with_service_accounts(service_accounts.clone()),
     );
+    if let Some(node) = backend.cluster_endpoints().node() {
+        // Stream requests for nodes connected to another server are relayed to it.
+        let tls = crate::http_client::TlsConfig::pinned(&pki.ca_cert_pem, None).map_err(|e| {
+            ServerError::Task {
+                what: "the cluster transport for streams",
+                reason: e.to_string(),
+            }
+        })?;
+        let _ = ctx.streams.peers.set(crate::streams::Peers {
+            node: node.clone(),
+            tls,
+        });
+    }
     let listener = Listener {
         tcp,
         tls: TlsAcceptor::from(tls_config),

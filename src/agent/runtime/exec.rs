@@ -140,6 +140,108 @@ impl Runtime {
     }
 }
 
+/// A command started in a container with its standard streams as pipes (`kubectl exec`).
+/// Its files go when it is dropped.
+pub struct AttachedExec {
+    pub child: tokio::process::Child,
+    _files: TempFiles,
+}
+
+/// How long a runtime may take to start an attached command.
+const ATTACH_START: Duration = Duration::from_secs(10);
+
+impl AttachedExec {
+    /// The command's exit code once it ended (128 + n for signal n).
+    pub async fn wait(&mut self) -> Result<i32, RuntimeError> {
+        let status = self
+            .child
+            .wait()
+            .await
+            .map_err(|e| RuntimeError::io("exec", e))?;
+        Ok(exit_code(status))
+    }
+}
+
+impl Runtime {
+    /// Starts `argv` in the running container `id` with piped stdin (when `stdin`), stdout
+    /// and stderr, and returns once the command runs; a refusal (no such or a stopped
+    /// container, a command not in the image) is the runtime's message.
+    pub async fn exec_attached(
+        &self,
+        id: &str,
+        argv: &[String],
+        stdin: bool,
+    ) -> Result<AttachedExec, RuntimeError> {
+        if argv.first().is_none_or(|a| a.is_empty()) {
+            return Err(RuntimeError::InvalidConfig(format!(
+                "exec in container {id}: no command"
+            )));
+        }
+        let record = self.record(id)?;
+        let dir = self.dir_of(&record);
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        let files = TempFiles(vec![
+            dir.join(format!("exec-{tag}.json")),
+            dir.join(format!("exec-{tag}.pid")),
+        ]);
+        let (process_file, pid_file) = (files.0[0].clone(), files.0[1].clone());
+        let process = process_for(&dir.join(files::CONFIG), argv)?;
+        std::fs::write(&process_file, process)
+            .map_err(|e| RuntimeError::io(format!("write {}", process_file.display()), e))?;
+        let what = || format!("{} exec {id}", self.cli.kind);
+        let mut cmd = tokio::process::Command::new(&self.cli.path);
+        cmd.args(&self.cli.global_args)
+            .arg("exec")
+            .arg("--process")
+            .arg(&process_file)
+            .arg("--pid-file")
+            .arg(&pid_file)
+            .arg(id)
+            .env_clear()
+            .env("PATH", CHILD_PATH)
+            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|e| RuntimeError::io(what(), e))?;
+        let deadline = tokio::time::Instant::now() + ATTACH_START;
+        loop {
+            if read_pid(&pid_file).is_some() {
+                return Ok(AttachedExec {
+                    child,
+                    _files: files,
+                });
+            }
+            let exited = child.try_wait().map_err(|e| RuntimeError::io(what(), e))?;
+            if let Some(status) = exited {
+                if read_pid(&pid_file).is_some() {
+                    return Ok(AttachedExec {
+                        child,
+                        _files: files,
+                    });
+                }
+                let stderr = Capture::start(child.stderr.take()).finish().await;
+                let mut message = runtime_message(&stderr);
+                if message.is_empty() {
+                    message = format!("exited with {status}");
+                }
+                return Err(RuntimeError::Command {
+                    command: what(),
+                    message,
+                });
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let _ = child.start_kill();
+                return Err(RuntimeError::Timeout {
+                    what: what(),
+                    after: ATTACH_START,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
 /// The container's process description with `argv` as its arguments and no terminal.
 fn process_for(config: &Path, argv: &[String]) -> Result<Vec<u8>, RuntimeError> {
     let bytes = std::fs::read(config)

@@ -1,7 +1,7 @@
 //! Reading the CRI-format container logs conmon writes: one line per chunk,
 //! `<RFC 3339 time> <stdout|stderr> <P|F> <text>`, where `P` marks a partial line continued
 //! by the next chunk and `F` a line's end. Used for `FallbackToLogsOnError` termination
-//! messages and by tests; the streams issue serves logs to clients.
+//! messages and by tests; `agent::streams::logs` serves them to clients.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;

@@ -25,7 +25,7 @@ mod container;
 pub mod detect;
 mod error;
 mod exec;
-mod layout;
+pub(crate) mod layout;
 pub mod logs;
 pub(crate) mod oci;
 pub mod pleg;
@@ -41,7 +41,7 @@ use parking_lot::Mutex;
 pub use container::{ContainerState, ContainerStatus, START_ERROR_EXIT_CODE};
 pub use detect::{RuntimeInfo, RuntimeKind};
 pub use error::RuntimeError;
-pub use exec::{ExecOutput, MAX_EXEC_OUTPUT};
+pub use exec::{AttachedExec, ExecOutput, MAX_EXEC_OUTPUT};
 pub use layout::Layout;
 pub use spec::{
     CapabilityChanges, ContainerConfig, NamespaceMode, PodRef, PodSandbox, Propagation,

@@ -1,0 +1,140 @@
+//! The agent's end of the streams (`crate::streams` is the server's): the tunnel it keeps
+//! to its server (`tunnel`), on which it serves, as an HTTP/2 server, what the server asks
+//! for its pods: a container's log (`logs`) and exec sessions (`exec`).
+//!
+//! Requests name the pod by namespace and name in the path and by uid in a header; the agent
+//! serves only what it finds on this node for that exact pod instance (its log directory,
+//! its running container), so a forged path reaches nothing of another node or pod.
+
+pub(crate) mod exec;
+pub(crate) mod logs;
+pub(crate) mod tunnel;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use tokio::sync::mpsc;
+
+use super::runtime::layout::path_component;
+use super::runtime::PodRef;
+use super::runtime::Runtime;
+use crate::api::request::query_pairs;
+use crate::api::ApiBody;
+use crate::streams::{CONTAINER_HEADER, POD_UID_HEADER};
+
+/// What the agent's stream handlers share.
+pub struct StreamsDeps {
+    pub runtime: Arc<Runtime>,
+}
+
+/// A Status answer (the server passes it to the client as it is).
+fn status(code: StatusCode, reason: &str, message: &str) -> Response<ApiBody> {
+    let body = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
+    });
+    let mut resp = Response::new(crate::api::response::body(body.to_string()));
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// The pod and container a request is for, checked to be usable as path components.
+fn pod_of(req: &Request<Incoming>, ns: &str, name: &str) -> Result<(PodRef, String), String> {
+    let header = |h: &str| {
+        req.headers()
+            .get(h)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let pod = PodRef {
+        uid: header(POD_UID_HEADER),
+        namespace: ns.to_string(),
+        name: name.to_string(),
+    };
+    let container = header(CONTAINER_HEADER);
+    for (what, v) in [
+        ("pod uid", &pod.uid),
+        ("namespace", &pod.namespace),
+        ("pod name", &pod.name),
+        ("container", &container),
+    ] {
+        if let Err(e) = path_component(what, v) {
+            return Err(e.to_string());
+        }
+    }
+    Ok((pod, container))
+}
+
+/// Answers one request from the server.
+pub async fn handle(
+    deps: Arc<StreamsDeps>,
+    req: Request<Incoming>,
+) -> Result<Response<ApiBody>, Infallible> {
+    let path = req.uri().path().to_string();
+    let mut parts = path.trim_start_matches('/').split('/');
+    let (kind, ns, name) = (
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or(""),
+        parts.next().unwrap_or(""),
+    );
+    let (pod, container) = match pod_of(&req, ns, name) {
+        Ok(found) => found,
+        Err(why) => return Ok(status(StatusCode::BAD_REQUEST, "BadRequest", &why)),
+    };
+    Ok(match kind {
+        "logs" => serve_logs(&deps, &req, &pod, &container),
+        "exec" => exec::serve(&deps, req, &pod, &container).await,
+        _ => status(StatusCode::NOT_FOUND, "NotFound", "no such stream"),
+    })
+}
+
+fn serve_logs(
+    deps: &StreamsDeps,
+    req: &Request<Incoming>,
+    pod: &PodRef,
+    container: &str,
+) -> Response<ApiBody> {
+    let pairs = query_pairs(req.uri().query().unwrap_or(""));
+    let opts = logs::LogOptions::from_query(&pairs, chrono::Utc::now());
+    let dir = deps.runtime.layout().pod_log_dir(pod).join(container);
+    let (restart, file) = match logs::choose_file(&dir, opts.previous) {
+        Ok(found) => found,
+        Err(e) => {
+            return status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                &format!("container {container:?} in pod {:?}: {e}", pod.name),
+            )
+        }
+    };
+    let (tx, rx) = mpsc::channel::<Bytes>(logs::CHANNEL);
+    let follow = (opts.follow && !opts.previous).then(|| logs::Follow {
+        runtime: deps.runtime.clone(),
+        uid: pod.uid.clone(),
+        container: container.to_string(),
+    });
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = logs::stream(&file, restart, &opts, follow, tx) {
+            tracing::warn!(component = "streams", "serving a log: {e}");
+        }
+    });
+    let mut resp = Response::new(crate::streams::channel_body(rx));
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain"),
+    );
+    resp
+}

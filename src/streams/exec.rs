@@ -1,0 +1,269 @@
+//! `pods/exec`: the protocol kubectl asks for is chosen first (WebSocket `v5.channel.k8s.io`
+//! or `v4.channel.k8s.io` for kubectl ≥ 1.30; SPDY/3.1 with `v4.channel.k8s.io` for older
+//! ones), then the request goes to the node: relayed as it is to the server holding the
+//! node's tunnel, or, here, started on the agent. Only once the agent answered that the
+//! command runs does kubectl get its `101 Switching Protocols`: a container that is not
+//! running or a refused command is a plain HTTP error kubectl prints. The session then
+//! runs between the upgraded connection (`websocket`, `spdy`) and the tunnel's frames.
+//!
+//! A terminal (`tty=true`) is not allocated yet: the command runs with pipes.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use tokio::sync::mpsc;
+
+use super::route::{self, Route};
+use super::{channel_body, pod_target, relay, relayed, spdy, tunnel_request, websocket};
+use crate::api::request::query_pairs;
+use crate::api::status::ApiError;
+use crate::api::{response, ApiBody, ApiContext, UserInfo};
+
+/// The remote-command versions served, in order of preference.
+pub const WEBSOCKET_PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
+pub const SPDY_PROTOCOL: &str = "v4.channel.k8s.io";
+
+/// How kubectl's connection is to be upgraded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Protocol {
+    WebSocket {
+        version: &'static str,
+        accept: String,
+    },
+    Spdy,
+}
+
+fn values<'a>(headers: &'a HeaderMap, name: &str) -> impl Iterator<Item = &'a str> {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+}
+
+/// The protocol of an exec request, or why none fits.
+pub fn negotiate(headers: &HeaderMap) -> Result<Protocol, ApiError> {
+    let upgrade = headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if upgrade == "websocket" {
+        let key = headers
+            .get("sec-websocket-key")
+            .map(|k| k.as_bytes())
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| {
+                ApiError::BadRequest("malformed WebSocket upgrade: no Sec-WebSocket-Key".into())
+            })?;
+        if headers.get("sec-websocket-version").map(|v| v.as_bytes()) != Some(b"13") {
+            return Err(ApiError::BadRequest(
+                "malformed WebSocket upgrade: Sec-WebSocket-Version must be 13".into(),
+            ));
+        }
+        let offered: Vec<&str> = values(headers, "sec-websocket-protocol").collect();
+        let version = WEBSOCKET_PROTOCOLS
+            .into_iter()
+            .find(|p| offered.contains(p))
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "no WebSocket subprotocol in common: offered {offered:?}, served {WEBSOCKET_PROTOCOLS:?}"
+                ))
+            })?;
+        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key);
+        return Ok(Protocol::WebSocket { version, accept });
+    }
+    if upgrade == "spdy/3.1" {
+        if values(headers, "x-stream-protocol-version").any(|v| v == SPDY_PROTOCOL) {
+            return Ok(Protocol::Spdy);
+        }
+        return Err(ApiError::BadRequest(format!(
+            "unable to upgrade: no stream protocol in common (served {SPDY_PROTOCOL})"
+        )));
+    }
+    Err(ApiError::BadRequest("Upgrade request required".into()))
+}
+
+/// What the command asks for.
+struct Options {
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+}
+
+pub async fn serve<B: Send + 'static>(
+    ctx: &Arc<ApiContext>,
+    ns: &str,
+    name: &str,
+    mut req: Request<B>,
+    user: &UserInfo,
+) -> Result<Response<ApiBody>, ApiError> {
+    if req.method() != Method::GET && req.method() != Method::POST {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let query = req.uri().query().unwrap_or("").to_string();
+    let pairs = query_pairs(&query);
+    let flag = |k: &str| {
+        pairs
+            .iter()
+            .any(|(n, v)| n == k && v != "false" && v != "0")
+    };
+    let opts = Options {
+        stdin: flag("stdin"),
+        stdout: flag("stdout"),
+        stderr: flag("stderr"),
+    };
+    if !pairs.iter().any(|(k, _)| k == "command") {
+        return Err(ApiError::BadRequest(
+            "you must specify at least one command for the container".into(),
+        ));
+    }
+    if !(opts.stdin || opts.stdout || opts.stderr) {
+        return Err(ApiError::BadRequest(
+            "you must specify at least 1 of stdin, stdout, stderr".into(),
+        ));
+    }
+    let container = pairs
+        .iter()
+        .find(|(k, _)| k == "container")
+        .map(|(_, v)| v.as_str());
+    let target = pod_target(ctx, ns, name, container)?;
+    let protocol = negotiate(req.headers())?;
+    let mut tunnel = match route::route(ctx, &target.node, relayed(&req)) {
+        Route::Local(tunnel) => tunnel,
+        Route::Relay { server, addr } => {
+            let Some(peers) = ctx.streams.peers.get() else {
+                return Err(ApiError::ServiceUnavailable("no peers".into()));
+            };
+            return relay::relay(peers, &server, &addr, req, user).await;
+        }
+        Route::Unavailable(why) => return Err(ApiError::ServiceUnavailable(why)),
+    };
+    let (to_agent, rx) = mpsc::channel::<Bytes>(16);
+    let request = tunnel_request(
+        Method::POST,
+        &format!("/exec/{ns}/{name}?{query}"),
+        &target,
+        channel_body(rx),
+    )?;
+    let answer = route::send(&mut tunnel, &target.node, request).await?;
+    if !answer.status().is_success() {
+        let status = answer.status();
+        let body = http_body_util::Limited::new(answer.into_body(), 64 * 1024)
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        return Ok(response::json(status, body));
+    }
+    let from_agent = answer.into_body();
+    let upgrade = hyper::upgrade::on(&mut req);
+    let session = protocol.clone();
+    let (want_stdin, want_stdout, want_stderr) = (opts.stdin, opts.stdout, opts.stderr);
+    tokio::spawn(async move {
+        let io = match upgrade.await {
+            Ok(io) => io,
+            Err(e) => {
+                tracing::debug!(component = "streams", "exec upgrade failed: {e}");
+                return;
+            }
+        };
+        match session {
+            Protocol::WebSocket { version, .. } => {
+                websocket::run(io, version == WEBSOCKET_PROTOCOLS[0], to_agent, from_agent).await
+            }
+            Protocol::Spdy => {
+                let expected = spdy::Expected {
+                    stdin: want_stdin,
+                    stdout: want_stdout,
+                    stderr: want_stderr,
+                };
+                spdy::run(io, expected, to_agent, from_agent).await
+            }
+        }
+    });
+    let mut resp = Response::new(response::body(Bytes::new()));
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = resp.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    match protocol {
+        Protocol::WebSocket { version, accept } => {
+            headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+            if let Ok(v) = HeaderValue::from_str(&accept) {
+                headers.insert("sec-websocket-accept", v);
+            }
+            headers.insert("sec-websocket-protocol", HeaderValue::from_static(version));
+        }
+        Protocol::Spdy => {
+            headers.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+            headers.insert(
+                "x-stream-protocol-version",
+                HeaderValue::from_static(SPDY_PROTOCOL),
+            );
+        }
+    }
+    Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn the_newest_common_protocol_is_chosen() {
+        let ws = headers(&[
+            ("upgrade", "websocket"),
+            ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            ("sec-websocket-version", "13"),
+            (
+                "sec-websocket-protocol",
+                "v4.channel.k8s.io, v5.channel.k8s.io",
+            ),
+        ]);
+        assert_eq!(
+            negotiate(&ws).unwrap(),
+            Protocol::WebSocket {
+                version: "v5.channel.k8s.io",
+                accept: "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into()
+            }
+        );
+        let spdy = headers(&[
+            ("upgrade", "SPDY/3.1"),
+            ("x-stream-protocol-version", "v4.channel.k8s.io"),
+            ("x-stream-protocol-version", "v3.channel.k8s.io"),
+        ]);
+        assert_eq!(negotiate(&spdy).unwrap(), Protocol::Spdy);
+    }
+
+    #[test]
+    fn malformed_upgrades_are_refused() {
+        assert!(negotiate(&headers(&[])).is_err());
+        assert!(negotiate(&headers(&[("upgrade", "websocket")])).is_err());
+        assert!(negotiate(&headers(&[
+            ("upgrade", "websocket"),
+            ("sec-websocket-key", "x"),
+            ("sec-websocket-version", "13"),
+            ("sec-websocket-protocol", "base64.channel.k8s.io"),
+        ]))
+        .is_err());
+        assert!(negotiate(&headers(&[
+            ("upgrade", "SPDY/3.1"),
+            ("x-stream-protocol-version", "v1.channel.k8s.io"),
+        ]))
+        .is_err());
+    }
+}

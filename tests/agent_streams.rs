@@ -1,0 +1,655 @@
+//! `kubectl logs` and `kubectl exec` through the agent's tunnel, across servers: a cluster of
+//! three servers A, B and C, the agent `n1` connected to B (its tunnel and the Node's
+//! annotation say so), kubectl 1.27 and 1.33 pointed at C, so every stream is relayed C → B
+//! → agent. Real pods (runc, conmon, CNI, the busybox test image imported), as in
+//! tests/agent_pods.rs, whose requirements apply (root, runc, conmon, CNI plugins,
+//! busybox-static; `LITEK8S_SKIP_CONTAINERS=1` skips when they are missing).
+//!
+//! Also: a pod of a node that is not connected anywhere answers 503 naming the node, a user
+//! without `pods/log` or `pods/exec` gets 403, and bad input (exec into a container that
+//! exited, a malformed WebSocket upgrade, a malformed SPDY frame) gets a clean error while
+//! the server keeps serving.
+
+mod agent_support;
+mod cluster_support;
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use agent_support::{kubectl, Agent, KUBECTLS};
+use cluster_support::Cluster;
+use serde_json::{json, Value};
+use support::images::{busybox_image, oci_archive};
+use support::{runtime, Api};
+
+const SKIP_ENV: &str = "LITEK8S_SKIP_CONTAINERS";
+const IMAGE: &str = "litek8s.test/busybox:1";
+const RUNTIME_ROOT: &str = "/run/litek8s";
+/// Hang guards, not performance assertions.
+const RUNNING_GUARD: Duration = Duration::from_secs(90);
+
+fn missing_tools() -> Vec<String> {
+    let mut missing = Vec::new();
+    if !nix::unistd::geteuid().is_root() {
+        missing.push("root".to_string());
+    }
+    let on_path = |tool: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
+    };
+    if !on_path("runc") && !on_path("crun") {
+        missing.push("runc or crun".into());
+    }
+    for tool in ["conmon", "ip"] {
+        if !on_path(tool) {
+            missing.push(tool.into());
+        }
+    }
+    if !Path::new("/usr/lib/cni/bridge").exists() {
+        missing.push("containernetworking-plugins".into());
+    }
+    if !Path::new("/bin/busybox").exists() {
+        missing.push("busybox-static".into());
+    }
+    for k in KUBECTLS {
+        if !Path::new(k).exists() {
+            missing.push(k.into());
+        }
+    }
+    missing
+}
+
+/// Kills what the agent started and removes its mounts and bridge, even when a test fails.
+struct Cleanup {
+    node_dir: PathBuf,
+    root: PathBuf,
+    bridge: String,
+    ip_forward: Option<String>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for pod in read_dir(&self.node_dir.join("pods")) {
+            for container in read_dir(&pod.join("containers")) {
+                if let Some(pid) = std::fs::read_to_string(container.join("conmon.pid"))
+                    .ok()
+                    .and_then(|p| p.trim().parse::<i32>().ok())
+                {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                let id = container.file_name().unwrap_or_default().to_owned();
+                for rt in ["runc", "crun"] {
+                    let _ = Command::new(rt)
+                        .arg(format!("--root={}/{rt}", RUNTIME_ROOT))
+                        .args(["delete", "--force"])
+                        .arg(&id)
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status();
+                }
+            }
+        }
+        let root = self.root.to_string_lossy().into_owned();
+        let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+            .filter(|m| m.starts_with(&root))
+            .collect();
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in mounts {
+            let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .stderr(Stdio::null())
+            .status();
+        if let Some(v) = &self.ip_forward {
+            let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", v);
+        }
+    }
+}
+
+fn read_dir(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|e| e.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+fn pod(name: &str, command: &[&str], extra: Value) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": IMAGE, "command": command}],
+        },
+    });
+    if let (Some(spec), Some(extra)) = (pod["spec"].as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            spec.insert(k.clone(), v.clone());
+        }
+    }
+    pod
+}
+
+async fn create(api: &Api, pod: &Value) {
+    let resp = api
+        .post_json("/api/v1/namespaces/default/pods", pod)
+        .await
+        .expect("POST");
+    assert_eq!(resp.status, 201, "{}", resp.text());
+}
+
+async fn get_pod(api: &Api, name: &str) -> Value {
+    let resp = api
+        .get(&format!("/api/v1/namespaces/default/pods/{name}"))
+        .await
+        .expect("GET");
+    resp.json()
+}
+
+async fn wait_pod(api: &Api, agent: &Agent, name: &str, check: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + RUNNING_GUARD;
+    loop {
+        let p = get_pod(api, name).await;
+        if check(&p) {
+            return p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pod {name} never got there: {:#}\nagent log:\n{}",
+            p["status"],
+            agent.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn running(p: &Value) -> bool {
+    p["status"]["containerStatuses"][0]["state"]["running"].is_object()
+}
+
+fn restarts(p: &Value) -> i64 {
+    p["status"]["containerStatuses"][0]["restartCount"]
+        .as_i64()
+        .unwrap_or(0)
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn explain(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The cluster, the agent on B, kubeconfigs for C.
+struct Setup {
+    cluster: Cluster,
+    agent: Agent,
+    _cleanup: Cleanup,
+}
+
+fn start() -> Option<Setup> {
+    let missing = missing_tools();
+    if !missing.is_empty() {
+        if std::env::var(SKIP_ENV).as_deref() == Ok("1") {
+            eprintln!("skipping: missing {}", missing.join(", "));
+            return None;
+        }
+        panic!(
+            "stream tests need {} (tests/run-all.sh installs them, or set {SKIP_ENV}=1)",
+            missing.join(", ")
+        );
+    }
+    let pid = std::process::id();
+    let bridge = format!("lk8s{}", pid % 1_000_000);
+    let cidr = format!("10.{}.{}.0/24", 190 + (pid % 10), pid % 250);
+    let mut cluster = Cluster::start_with(0, 100);
+    for _ in 0..3 {
+        let i = cluster.add_stopped_member();
+        let mut cmd = cluster.command(i);
+        cmd.arg("--cluster-cidr").arg(&cidr);
+        cluster.spawn_command(i, cmd);
+        cluster.wait_ready(i);
+    }
+    let agent = Agent::new(
+        "n1",
+        &cluster.url(1),
+        Some(&cluster.token()),
+        &["--cni-bridge", &bridge],
+    );
+    let cleanup = Cleanup {
+        node_dir: agent.node_dir.clone(),
+        root: agent.root.clone(),
+        bridge,
+        ip_forward: std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").ok(),
+    };
+    let images = agent.node_dir.join("images");
+    std::fs::create_dir_all(&images).expect("images dir");
+    std::fs::write(
+        images.join("busybox.tar"),
+        oci_archive(&[(Some(IMAGE), &busybox_image())]),
+    )
+    .expect("write the test image");
+    let mut agent = agent;
+    agent.start();
+    Some(Setup {
+        cluster,
+        agent,
+        _cleanup: cleanup,
+    })
+}
+
+/// Waits until the Node's annotation names a server; returns its name.
+async fn wait_tunnel(api: &Api, agent: &Agent) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(n) = agent_support::node(api, "n1").await {
+            if let Some(name) = n["metadata"]["annotations"]["litek8s.io/tunnel-server"].as_str() {
+                return name.to_string();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent never named its tunnel's server:\n{}",
+            agent.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn logs_and_exec_through_another_server() {
+    let Some(setup) = start() else { return };
+    let rt = runtime();
+    // B: the server the agent's tunnel goes to; C: another one, where kubectl goes.
+    let b_name = rt.block_on(wait_tunnel(&setup.cluster.api(0), &setup.agent));
+    let b = (0..3)
+        .find(|&i| setup.cluster.members[i].name == b_name)
+        .expect("the tunnel's server is a member");
+    let c_index = (b + 1) % 3;
+    println!(
+        "the agent's tunnel goes to {b_name}, kubectl to {}",
+        setup.cluster.members[c_index].name
+    );
+    let c = setup.cluster.api(c_index);
+    let kubeconfig = setup.cluster.members[c_index]
+        .data_dir
+        .join("kubeconfig.yaml");
+    let kc = &kubeconfig;
+    rt.block_on(async {
+        create(
+            &c,
+            &pod(
+                "fixed",
+                &["sh", "-c", "for i in 1 2 3 4 5; do echo line $i; done; exec sleep 3600"],
+                json!({"nodeName": "n1"}),
+            ),
+        )
+        .await;
+        create(
+            &c,
+            &pod(
+                "ticker",
+                &["sh", "-c", "while true; do echo tick; sleep 0.2; done"],
+                json!({"nodeName": "n1"}),
+            ),
+        )
+        .await;
+        create(
+            &c,
+            &pod(
+                "crasher",
+                &[
+                    "sh",
+                    "-c",
+                    "n=$(cat /data/n 2>/dev/null || echo 0); echo instance $n; echo $((n+1)) > /data/n; sleep 1; exit 3",
+                ],
+                json!({
+                    "nodeName": "n1",
+                    "volumes": [{"name": "d", "emptyDir": {}}],
+                    "containers": [{
+                        "name": "c", "image": IMAGE,
+                        "command": ["sh", "-c", "n=$(cat /data/n 2>/dev/null || echo 0); echo instance $n; echo $((n+1)) > /data/n; sleep 1; exit 3"],
+                        "volumeMounts": [{"name": "d", "mountPath": "/data"}],
+                    }],
+                }),
+            ),
+        )
+        .await;
+        // alice may read pods, not their logs nor exec into them.
+        let role = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "pod-reader"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+                // `get` alone must not run a command (a WebSocket exec is a GET).
+                {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get"]},
+            ],
+        });
+        let binding = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "alice-reads-pods"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
+        });
+        for (path, body) in [
+            ("/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", role),
+            ("/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", binding),
+        ] {
+            let resp = c.post_json(path, &body).await.expect("POST");
+            assert_eq!(resp.status, 201, "{}", resp.text());
+        }
+        // A pod bound to a node that never connected.
+        create(
+            &c,
+            &pod("ghost", &["sleep", "1"], json!({"nodeName": "ghost"})),
+        )
+        .await;
+        wait_pod(&c, &setup.agent, "fixed", running).await;
+        wait_pod(&c, &setup.agent, "ticker", running).await;
+    });
+    // The lines are written at once; give conmon a moment to flush them.
+    std::thread::sleep(Duration::from_millis(500));
+
+    for k in KUBECTLS {
+        let out = kubectl(k, kc, &["logs", "fixed"]);
+        assert!(out.status.success(), "{k}: {}", explain(&out));
+        assert_eq!(
+            text(&out),
+            "line 1\nline 2\nline 3\nline 4\nline 5\n",
+            "{k}"
+        );
+
+        let out = kubectl(k, kc, &["logs", "fixed", "--tail=2"]);
+        assert_eq!(text(&out), "line 4\nline 5\n", "{k}: {}", explain(&out));
+
+        let out = kubectl(k, kc, &["logs", "fixed", "--limit-bytes=8"]);
+        assert_eq!(text(&out), "line 1\nl", "{k}: {}", explain(&out));
+
+        let out = kubectl(k, kc, &["logs", "fixed", "--since=1h", "--timestamps"]);
+        let first = text(&out).lines().next().unwrap_or("").to_string();
+        assert!(
+            first.ends_with("Z line 1") && first.starts_with("20"),
+            "{k}: {}",
+            explain(&out)
+        );
+    }
+    // Older than 2 s by now: `--since=2s` shows nothing of `fixed`, but the ticker's lines.
+    std::thread::sleep(Duration::from_millis(2500));
+    for k in KUBECTLS {
+        let out = kubectl(k, kc, &["logs", "fixed", "--since=2s"]);
+        assert!(out.status.success(), "{k}: {}", explain(&out));
+        assert_eq!(text(&out), "", "{k}");
+        let out = kubectl(k, kc, &["logs", "ticker", "--since=1s"]);
+        let ticks = text(&out).lines().count();
+        assert!(
+            (2..=8).contains(&ticks),
+            "{k}: {ticks} ticks in 1 s: {}",
+            explain(&out)
+        );
+    }
+
+    // `logs -f`: new lines keep arriving while kubectl follows.
+    for k in KUBECTLS {
+        let mut child = Command::new(k)
+            .arg("--kubeconfig")
+            .arg(kc)
+            .args(["logs", "-f", "--tail=0", "ticker"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl logs -f");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send((Instant::now(), line)).is_err() {
+                    break;
+                }
+            }
+        });
+        let started = Instant::now();
+        let mut seen = Vec::new();
+        while seen.len() < 5 && started.elapsed() < Duration::from_secs(10) {
+            if let Ok((at, line)) = rx.recv_timeout(Duration::from_secs(1)) {
+                seen.push((at - started, line));
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(seen.len() >= 5, "{k}: only {seen:?} in 10 s");
+        assert!(seen.iter().all(|(_, l)| l == "tick"), "{k}: {seen:?}");
+        // Five lines 0.2 s apart: well within 10 s unless following stalls.
+        assert!(
+            seen[4].0 < Duration::from_secs(5),
+            "{k}: five lines took {:?}",
+            seen[4].0
+        );
+        println!(
+            "{k}: logs -f, first line after {:?}, fifth after {:?}",
+            seen[0].0, seen[4].0
+        );
+    }
+
+    // `--previous` after a crash: the instance before the current one.
+    rt.block_on(async {
+        let p = wait_pod(&c, &setup.agent, "crasher", |p| restarts(p) >= 1).await;
+        let n = restarts(&p);
+        for k in KUBECTLS {
+            let out = kubectl(k, kc, &["logs", "crasher", "--previous"]);
+            assert!(out.status.success(), "{k}: {}", explain(&out));
+            let now = restarts(&get_pod(&c, "crasher").await);
+            if now == n {
+                assert_eq!(text(&out), format!("instance {}\n", n - 1), "{k}");
+            }
+        }
+    });
+
+    // A node connected nowhere: 503 naming it. A user without the right: 403.
+    for k in KUBECTLS {
+        let out = kubectl(k, kc, &["logs", "ghost"]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("ServiceUnavailable") && err.contains("\"ghost\""),
+            "{k}: {err}"
+        );
+        let out = kubectl(k, kc, &["--as=alice", "logs", "fixed"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("Forbidden") && err.contains("pods/log"),
+            "{k}: {err}"
+        );
+    }
+
+    // exec: output, exit codes, stdin through `cat`.
+    let input: Vec<u8> = (0..3u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    for k in KUBECTLS {
+        let out = kubectl(k, kc, &["exec", "fixed", "--", "echo", "hello"]);
+        assert!(out.status.success(), "{k}: {}", explain(&out));
+        assert_eq!(text(&out), "hello\n", "{k}");
+
+        let out = kubectl(
+            k,
+            kc,
+            &[
+                "exec",
+                "fixed",
+                "--",
+                "sh",
+                "-c",
+                "echo out; echo err >&2; exit 3",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(3), "{k}: {}", explain(&out));
+        assert_eq!(text(&out), "out\n", "{k}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("err\n") && err.contains("command terminated with exit code 3"),
+            "{k}: {err}"
+        );
+
+        let started = Instant::now();
+        let out = kubectl_stdin(k, kc, &["exec", "-i", "fixed", "--", "cat"], &input);
+        assert!(
+            out.status.success(),
+            "{k}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.stdout.len(), input.len(), "{k}");
+        assert!(out.stdout == input, "{k}: stdin came back changed");
+        println!(
+            "{k}: exec -i cat of {} MiB in {:?}",
+            input.len() >> 20,
+            started.elapsed()
+        );
+
+        let out = kubectl(k, kc, &["--as=alice", "exec", "fixed", "--", "true"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("cannot create resource \"pods/exec\""),
+            "{k}: {err}"
+        );
+    }
+
+    // kubectl 1.33 speaks WebSocket and falls back to SPDY when that fails: check that it
+    // had no need to.
+    let out = kubectl(
+        KUBECTLS[1],
+        kc,
+        &["-v=7", "exec", "fixed", "--", "echo", "ws"],
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(text(&out), "ws\n", "{}", explain(&out));
+    assert!(
+        log.contains("v5.channel.k8s.io") && !log.contains("verb=\"POST\""),
+        "kubectl 1.33 fell back from WebSocket: {log}"
+    );
+
+    // Bad input: exec into a container that is not running, malformed upgrades, a broken
+    // SPDY frame; the server answers cleanly and keeps serving.
+    rt.block_on(async {
+        wait_pod(&c, &setup.agent, "crasher", |p| {
+            p["status"]["containerStatuses"][0]["state"]["waiting"].is_object()
+        })
+        .await;
+    });
+    for k in KUBECTLS {
+        let out = kubectl(k, kc, &["exec", "crasher", "--", "true"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("not running"),
+            "{k}: {err}"
+        );
+    }
+    let c_addr = setup.cluster.members[c_index].api.to_string();
+    let token =
+        std::fs::read_to_string(setup.cluster.members[c_index].data_dir.join("admin-token"))
+            .expect("admin token")
+            .trim()
+            .to_string();
+    let exec_path = "/api/v1/namespaces/default/pods/fixed/exec?command=cat&stdin=true&stdout=true";
+    let answer = raw_exchange(
+        &c_addr,
+        &token,
+        exec_path,
+        "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n",
+        b"",
+    );
+    assert!(
+        answer.starts_with("HTTP/1.1 400") && answer.contains("Sec-WebSocket-Key"),
+        "{answer}"
+    );
+    let answer = raw_exchange(&c_addr, &token, exec_path, "Upgrade: SPDY/3.1\r\nConnection: Upgrade\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n", &[0x80, 0x02, 0x00, 0x01, 0, 0, 0, 4, 1, 2, 3, 4]);
+    assert!(
+        answer.starts_with("HTTP/1.1 101") && answer.contains("closed"),
+        "{answer}"
+    );
+    let out = kubectl(KUBECTLS[1], kc, &["exec", "fixed", "--", "echo", "still"]);
+    assert_eq!(text(&out), "still\n", "{}", explain(&out));
+    let _ = std::io::stdout().flush();
+}
+
+/// kubectl with `input` on its stdin.
+fn kubectl_stdin(binary: &str, kubeconfig: &Path, args: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new("timeout")
+        .arg("120")
+        .arg(binary)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kubectl");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("kubectl output");
+    let _ = feeder.join();
+    out
+}
+
+/// Sends one upgrade request (then `after` once it was answered) over TLS with Python's ssl
+/// module, and returns the answer's text followed by `closed` if the server closed the
+/// connection within 10 s.
+fn raw_exchange(addr: &str, token: &str, path: &str, headers: &str, after: &[u8]) -> String {
+    let (host, port) = addr.rsplit_once(':').expect("host:port");
+    let script = r#"
+import socket, ssl, sys
+host, port, token, path, headers, after = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], bytes.fromhex(sys.argv[6])
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+s = ctx.wrap_socket(socket.create_connection((host, port), timeout=10))
+s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n%s\r\n" % (path, host, token, headers)).encode())
+data = b""
+while b"\r\n\r\n" not in data:
+    chunk = s.recv(65536)
+    if not chunk: break
+    data += chunk
+if data.startswith(b"HTTP/1.1 101"):
+    s.sendall(after)
+else:
+    s.settimeout(1)
+try:
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            data += b"\nclosed"
+            break
+        data += chunk
+except Exception as e:
+    data += ("\n" + str(e)).encode()
+sys.stdout.write(data.decode("latin-1"))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script, host, port, token, path, headers])
+        .arg(hex::encode(after))
+        .output()
+        .expect("python3");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
