@@ -7,6 +7,14 @@
 //!
 //! Framing errors (a malformed or oversized frame, a message without a channel byte) end
 //! the session: kubectl sees the connection close, the server goes on.
+//!
+//! The first message waits until [`CLIENT_SETUP_GRACE`] after the upgrade. client-go starts
+//! reading the connection and creating its stdout/stderr streams concurrently, and discards a
+//! message for a stream it has not created yet ("Unknown stream id 2, discarding message").
+//! kube-apiserver never meets this because its answer comes from a kubelet that first starts
+//! the command through the container runtime; here a fast command's output can be in the
+//! same TCP segment as the 101. The agent's output waits in the tunnel meanwhile: nothing is
+//! lost, and only the first message is held.
 
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
@@ -26,6 +34,8 @@ use super::frame::{self, Decoder};
 const MAX_MESSAGE: usize = 1 << 20;
 /// How long kubectl has to answer the close frame.
 const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long after the upgrade the first message to kubectl waits (see the module doc).
+const CLIENT_SETUP_GRACE: std::time::Duration = std::time::Duration::from_millis(30);
 
 /// What a message from kubectl means for the agent (`None`: nothing).
 pub fn from_client(v5: bool, data: &[u8]) -> Option<Bytes> {
@@ -42,6 +52,7 @@ pub async fn run(io: Upgraded, v5: bool, to_agent: mpsc::Sender<Bytes>, mut from
     config.max_message_size = Some(MAX_MESSAGE);
     config.max_frame_size = Some(MAX_MESSAGE);
     let ws = WebSocketStream::from_raw_socket(TokioIo::new(io), Role::Server, Some(config)).await;
+    let mut first_message_at = Some(tokio::time::Instant::now() + CLIENT_SETUP_GRACE);
     let (mut sink, mut stream) = ws.split();
     let reader = tokio::spawn(async move {
         while let Some(message) = stream.next().await {
@@ -74,6 +85,9 @@ pub async fn run(io: Upgraded, v5: bool, to_agent: mpsc::Sender<Bytes>, mut from
                     let mut message = BytesMut::with_capacity(1 + payload.len());
                     message.extend_from_slice(&[channel]);
                     message.extend_from_slice(&payload);
+                    if let Some(at) = first_message_at.take() {
+                        tokio::time::sleep_until(at).await;
+                    }
                     if sink.send(Message::Binary(message.freeze())).await.is_err() {
                         break 'body;
                     }
