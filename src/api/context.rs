@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::cluster_ip::ClusterIpAllocator;
+use super::metrics::ApiMetrics;
 use super::node_port::NodePortAllocator;
 use crate::auth::rbac::Authorizer;
 use crate::kube::store::Store;
@@ -41,6 +42,8 @@ pub struct ApiContext {
     pub node_ports: Arc<NodePortAllocator>,
     /// RBAC over this context's store (shared likewise).
     pub authorizer: Arc<Authorizer>,
+    /// What `/metrics` reports (shared likewise: one process, one set of counters).
+    pub metrics: Arc<ApiMetrics>,
 }
 
 impl ApiContext {
@@ -58,6 +61,7 @@ impl ApiContext {
             ready: std::sync::atomic::AtomicBool::new(false),
             cluster_ips: Arc::new(cluster_ips),
             node_ports: Arc::new(NodePortAllocator::new()),
+            metrics: Arc::new(ApiMetrics::default()),
         }
     }
 
@@ -75,6 +79,7 @@ impl ApiContext {
             cluster_ips: self.cluster_ips.clone(),
             node_ports: self.node_ports.clone(),
             authorizer: self.authorizer.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 

@@ -26,6 +26,7 @@
 //! - `access_review`: the access reviews (`kubectl auth can-i`, `whoami`), answered by the
 //!   authorizer every request passes (`auth`); `rbac_validation`: the RBAC kinds' checks.
 //! - `response`: small response builders.
+//! - `metrics`: `/metrics`, the request counters the router feeds and what is stored.
 
 pub(crate) mod access_review;
 pub(crate) mod barrier;
@@ -44,6 +45,7 @@ pub(crate) mod kind_rules;
 pub(crate) mod lease;
 pub(crate) mod list;
 pub(crate) mod meta;
+pub mod metrics;
 pub(crate) mod namespace_lifecycle;
 pub(crate) mod node_port;
 pub mod openapi;

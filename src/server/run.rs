@@ -182,6 +182,8 @@ pub async fn run_until(
     let ctx = Arc::new(
         ApiContext::new(store.clone(), backend.writer(), api_settings).with_reads(backend.reads()),
     );
+    ctx.metrics
+        .add_sections(super::metrics::sections(&backend, shutdown.clone()));
     let listener = Listener {
         tcp,
         tls: TlsAcceptor::from(tls_config),
