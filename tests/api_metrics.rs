@@ -232,6 +232,16 @@ fn requests_watches_and_objects_are_counted() {
             &[("resource", "clusterroles.rbac.authorization.k8s.io")]
         ) >= 10.0
     );
+    // The write was made durable with an fdatasync of objects.wal, and timed.
+    assert!(value(&after, "litek8s_log_fsync_duration_seconds_count", &[]) >= 1.0);
+    assert_eq!(
+        value(
+            &after,
+            "litek8s_log_fsync_duration_seconds_bucket",
+            &[("le", "+Inf")]
+        ),
+        value(&after, "litek8s_log_fsync_duration_seconds_count", &[])
+    );
     // Every series is unique.
     let mut seen = HashSet::new();
     for (name, labels, _) in &after {
@@ -341,6 +351,7 @@ fn members_report_their_raft_state() {
                 >= value(samples, "litek8s_raft_applied_index", &[])
         );
         assert!(value(samples, "litek8s_raft_leader_changes_seen_total", &[]) >= 1.0);
+        assert!(value(samples, "litek8s_log_fsync_duration_seconds_count", &[]) >= 1.0);
     }
 
     // A new leader after the old one stops: a survivor sees the change and the new term.

@@ -1,5 +1,5 @@
-//! A fixed-capacity, lock-free map from a packed label key to a value made of atomics, and
-//! the request-duration histogram kept in it. Recording a request is a few atomic operations:
+//! Metric values made of atomics — counters, gauges, histograms — and a fixed-capacity,
+//! lock-free map from a packed label key to such a value (the API server's request series). Recording a request is a few atomic operations:
 //! find the key's slot (claimed once with a compare-and-swap), then add to its counters.
 //! Nothing is ever removed, so a slot once claimed keeps its key for the life of the process;
 //! label combinations are bounded (verbs × resources × scopes × codes), and when the table
@@ -7,7 +7,8 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-/// kube-apiserver's buckets of `apiserver_request_duration_seconds`, in seconds.
+/// kube-apiserver's buckets of `apiserver_request_duration_seconds`, in seconds (also the
+/// most a histogram has).
 pub const DURATION_BUCKETS: [f64; 23] = [
     0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
     10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
@@ -81,9 +82,17 @@ pub struct Counter(pub AtomicU64);
 #[derive(Default)]
 pub struct Gauge(pub AtomicI64);
 
-/// A histogram over [`DURATION_BUCKETS`]: one count per bucket (not cumulative: a recording
-/// touches one bucket), the total count and the sum in nanoseconds.
+/// etcd's buckets of `etcd_disk_wal_fsync_duration_seconds`: 1 ms doubling to 8.192 s.
+pub const FSYNC_BUCKETS: [f64; 14] = [
+    0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096,
+    8.192,
+];
+
+/// A histogram of durations over `bounds` (at most as many as [`DURATION_BUCKETS`]): one
+/// count per bucket (not cumulative: a recording touches one bucket), the total count and
+/// the sum in nanoseconds.
 pub struct Histogram {
+    bounds: &'static [f64],
     buckets: [AtomicU64; DURATION_BUCKETS.len()],
     count: AtomicU64,
     sum_nanos: AtomicU64,
@@ -91,18 +100,29 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            count: AtomicU64::new(0),
-            sum_nanos: AtomicU64::new(0),
-        }
+        Histogram::with_bounds(&DURATION_BUCKETS)
     }
 }
 
 impl Histogram {
+    /// A histogram over `bounds` (ascending, in seconds); usable in a `static`.
+    pub const fn with_bounds(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            buckets: [const { AtomicU64::new(0) }; DURATION_BUCKETS.len()],
+            count: AtomicU64::new(0),
+            sum_nanos: AtomicU64::new(0),
+        }
+    }
+
+    /// The bucket bounds, in seconds.
+    pub fn bounds(&self) -> &'static [f64] {
+        self.bounds
+    }
+
     pub fn observe(&self, elapsed: std::time::Duration) {
         let seconds = elapsed.as_secs_f64();
-        if let Some(i) = DURATION_BUCKETS.iter().position(|&b| seconds <= b) {
+        if let Some(i) = self.bounds.iter().position(|&b| seconds <= b) {
             self.buckets[i].fetch_add(1, Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
@@ -115,8 +135,7 @@ impl Histogram {
     /// ahead of the buckets; Prometheus tolerates that.
     pub fn read(&self) -> (Vec<u64>, u64, f64) {
         let mut running = 0;
-        let cumulative = self
-            .buckets
+        let cumulative = self.buckets[..self.bounds.len()]
             .iter()
             .map(|b| {
                 running += b.load(Ordering::Relaxed);

@@ -5,11 +5,9 @@
 //!
 //! The router records every resource request once its response is ready; the labels are
 //! packed into one integer so that recording is a lock-free table lookup and a few atomic
-//! adds (`series`). The text is built only when scraped. Reading `/metrics` is authorized
+//! adds (`crate::metrics`). The text is built only when scraped. Reading `/metrics` is authorized
 //! like any non-resource URL: `get` on `/metrics`, which the `system:monitoring` ClusterRole
 //! grants (bound to the `system:monitoring` group, as in kube-apiserver).
-
-pub(crate) mod series;
 
 use std::fmt::Write as _;
 use std::pin::Pin;
@@ -23,11 +21,11 @@ use http::{Method, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 
-use self::series::{Counter, Gauge, Histogram, Table, DURATION_BUCKETS};
 use super::request::Target;
 use super::{response, ApiBody};
 use crate::kube::resources::{ResourceInfo, RESOURCES};
 use crate::kube::store::Store;
+use crate::metrics::{Counter, Gauge, Histogram, Table};
 
 /// kube-apiserver's request verbs, as its metrics spell them.
 const VERBS: [&str; 10] = [
@@ -230,17 +228,13 @@ impl ApiMetrics {
             let (buckets, count, sum) = histogram.read();
             let mut labels = String::new();
             write_labels(&mut labels, key, false);
-            for (bound, n) in DURATION_BUCKETS.iter().zip(buckets) {
-                let _ = writeln!(
-                    out,
-                    "apiserver_request_duration_seconds_bucket{{{labels},le=\"{bound}\"}} {n}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "apiserver_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {count}\n\
-                 apiserver_request_duration_seconds_sum{{{labels}}} {sum}\n\
-                 apiserver_request_duration_seconds_count{{{labels}}} {count}"
+            let bounds = histogram.bounds();
+            write_histogram(
+                &mut out,
+                "apiserver_request_duration_seconds",
+                &labels,
+                bounds,
+                (buckets, count, sum),
             );
         }
         out.push_str(
@@ -261,6 +255,18 @@ impl ApiMetrics {
              litek8s_apiserver_metrics_dropped_total {dropped}"
         );
         storage_objects(&mut out, store);
+        out.push_str(
+            "# HELP litek8s_log_fsync_duration_seconds Durations of the fdatasync calls of objects.wal or the Raft log (etcd's wal_fsync buckets).\n\
+             # TYPE litek8s_log_fsync_duration_seconds histogram\n",
+        );
+        let syncs = &crate::storage::io::SYNC_DURATIONS;
+        write_histogram(
+            &mut out,
+            "litek8s_log_fsync_duration_seconds",
+            "",
+            syncs.bounds(),
+            syncs.read(),
+        );
         if let Some(sections) = self.sections.get() {
             for section in sections {
                 section(&mut out);
@@ -268,6 +274,29 @@ impl ApiMetrics {
         }
         out
     }
+}
+
+/// The `_bucket`, `_sum` and `_count` lines of one histogram series.
+fn write_histogram(
+    out: &mut String,
+    name: &str,
+    labels: &str,
+    bounds: &[f64],
+    (buckets, count, sum): (Vec<u64>, u64, f64),
+) {
+    let sep = if labels.is_empty() { "" } else { "," };
+    for (bound, n) in bounds.iter().zip(buckets) {
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {n}");
+    }
+    let braces = if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
+    };
+    let _ = writeln!(
+        out,
+        "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}\n{name}_sum{braces} {sum}\n{name}_count{braces} {count}"
+    );
 }
 
 /// `apiserver_storage_objects`: objects stored per resource, counted at scrape time from a
