@@ -17,6 +17,8 @@
 //! - [`kube`]: the object model and the deterministic store that every write goes through
 //!   (Mutation → Writer → store.apply), `objects.wal`, the resource registry, selectors.
 //! - [`lb`]: the load balancer (`litek8s lb`): a sticky TCP relay on [`failover`].
+//! - `metrics`: counters, gauges and histograms made of atomics, and the lock-free series
+//!   table the API server's `/metrics` records requests in.
 //! - [`api`]: HTTP handlers for the Kubernetes API (discovery, CRUD, watch, tables, errors).
 //! - [`auth`]: the user of every request (token file, impersonation) and RBAC authorization
 //!   with its default policy.
@@ -43,6 +45,7 @@ pub mod failpoints;
 pub mod http_client;
 pub mod kube;
 pub mod lb;
+pub(crate) mod metrics;
 pub mod raft;
 pub mod server;
 pub mod storage;

@@ -3,18 +3,22 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use litek8s::cli::Cli;
+use litek8s::cli::ParseError;
 
 fn main() -> ExitCode {
     litek8s::tune_allocator();
-    let cli = match Cli::try_parse() {
+    let cli = match litek8s::cli::parse(std::env::args_os().collect()) {
         Ok(cli) => cli,
+        // A configuration file's error names its file and line.
+        Err(ParseError::Config(e)) => {
+            eprintln!("litek8s: {e}");
+            return ExitCode::from(2);
+        }
         // --help and --version print their text and exit 0; usage errors print one line.
-        Err(e) if !e.use_stderr() => {
+        Err(ParseError::Usage(e)) if !e.use_stderr() => {
             return e.print().map_or(ExitCode::FAILURE, |_| ExitCode::SUCCESS)
         }
-        Err(e) => {
+        Err(ParseError::Usage(e)) => {
             // The first paragraph on one line: "required arguments were not provided:"
             // is followed by the arguments on the next lines.
             let text = e.to_string();

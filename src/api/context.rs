@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::cluster_ip::ClusterIpAllocator;
+use super::metrics::ApiMetrics;
 use super::node_port::NodePortAllocator;
 use crate::auth::rbac::Authorizer;
 use crate::auth::service_account::ServiceAccountTokens;
@@ -49,6 +50,8 @@ pub struct ApiContext {
     pub service_accounts: Option<Arc<ServiceAccountTokens>>,
     /// The agents' tunnels and the way to the other servers (`streams`; shared likewise).
     pub streams: Arc<Streams>,
+    /// What `/metrics` reports (shared likewise: one process, one set of counters).
+    pub metrics: Arc<ApiMetrics>,
 }
 
 impl ApiContext {
@@ -68,6 +71,7 @@ impl ApiContext {
             node_ports: Arc::new(NodePortAllocator::new()),
             service_accounts: None,
             streams: Arc::default(),
+            metrics: Arc::new(ApiMetrics::default()),
         }
     }
 
@@ -87,6 +91,7 @@ impl ApiContext {
             authorizer: self.authorizer.clone(),
             service_accounts: self.service_accounts.clone(),
             streams: self.streams.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 

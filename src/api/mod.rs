@@ -29,6 +29,7 @@
 //!   kinds' checks.
 //! - `oidc`: the service-account issuer's discovery documents.
 //! - `response`: small response builders.
+//! - `metrics`: `/metrics`, the request counters the router feeds and what is stored.
 
 pub(crate) mod access_review;
 pub(crate) mod barrier;
@@ -47,6 +48,7 @@ pub(crate) mod kind_rules;
 pub(crate) mod lease;
 pub(crate) mod list;
 pub(crate) mod meta;
+pub mod metrics;
 pub(crate) mod namespace_lifecycle;
 pub(crate) mod node_port;
 pub(crate) mod oidc;

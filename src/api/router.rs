@@ -4,14 +4,17 @@
 //! `system:public-info-viewer` lets everyone), then resolves impersonation and asks the
 //! authorizer (`auth`), so every other request — a kubectl's, a forwarded one, the in-process
 //! client's — is authorized before it is routed. Both are generic over the request body so
-//! tests can drive them with in-memory bodies.
+//! tests can drive them with in-memory bodies. Every resource request is counted and timed
+//! (`metrics`) once its response is ready; `/metrics` itself is answered here too.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::{header, Method, Request, Response};
 
 use super::barrier::{self, Barrier};
+use super::metrics::{self, RequestLabels};
 use super::request::{self, ApiRequest, Query};
 use super::status::ApiError;
 use super::{
@@ -75,6 +78,9 @@ where
         return crate::streams::serve(ctx, req, user).await;
     }
     let accept = header_str(&req, header::ACCEPT);
+    if path == "/metrics" && req.method() == Method::GET {
+        return metrics::respond(&ctx.metrics, &ctx.store);
+    }
     if path.starts_with("/openapi") || path.starts_with("/swagger") {
         return openapi::respond(&path, &accept)
             .unwrap_or_else(|| ApiError::NoRoute.into_response());
@@ -103,9 +109,17 @@ where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let started = Instant::now();
     let target = request::parse_path(path)?;
     let query = Query::parse(req.uri().query())?;
     let content_type = header_str(&req, header::CONTENT_TYPE);
+    let labels = RequestLabels::new(
+        &target,
+        req.method(),
+        query.watch,
+        query.dry_run,
+        content_type.starts_with("application/apply-patch"),
+    );
     let user_agent = header_str(&req, header::USER_AGENT);
     let method = req.method().clone();
     let has_body = matches!(
@@ -130,7 +144,14 @@ where
         warnings: Default::default(),
     };
     let result = dispatch(&api).await;
-    super::options::add_warnings(&api, result)
+    let result = super::options::add_warnings(&api, result);
+    Ok(match labels {
+        Some(labels) => {
+            let response = result.unwrap_or_else(ApiError::into_response);
+            api.ctx.metrics.finish(labels, started, response)
+        }
+        None => result?,
+    })
 }
 
 async fn dispatch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {

@@ -3,8 +3,13 @@
 
 pub(crate) mod agent;
 pub(crate) mod apiserver;
+pub mod config_file;
+pub mod config_merge;
+pub(crate) mod config_show;
 pub(crate) mod lb;
 pub(crate) mod server;
+
+pub use config_merge::{parse, ParseError};
 
 use clap::{Parser, Subcommand};
 
@@ -41,6 +46,9 @@ pub enum Command {
     /// Run the node agent: join a cluster and register this machine as a Node.
     #[command(long_about = agent::LONG_ABOUT)]
     Agent(agent::AgentArgs),
+    /// Show a daemon's configuration merged from /etc/litek8s/config.yaml (and its drop-ins
+    /// in config.yaml.d/), environment and flags.
+    Config(config_show::ConfigArgs),
 }
 
 impl Cli {
@@ -63,7 +71,7 @@ impl Cli {
                     .and_then(|h| h.into_string().ok())
             }),
             Command::Agent(args) => args.log_node_name(),
-            Command::Server(_) | Command::Lb(_) => None,
+            Command::Server(_) | Command::Lb(_) | Command::Config(_) => None,
         };
         let fields: Vec<(&str, String)> = node_name.map(|n| ("NODE_NAME", n)).into_iter().collect();
         crate::systemd::journal::init(&text, "litek8s", &fields)
@@ -78,6 +86,7 @@ impl Cli {
             Command::Server(args) => args.run(),
             Command::Lb(args) => args.run(),
             Command::Agent(args) => args.run(),
+            Command::Config(args) => args.run(),
         }
     }
 }

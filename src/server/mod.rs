@@ -11,7 +11,8 @@
 //! - [`authn`]: who is calling; [`dispatch`]: what the transport answers itself (401, 404)
 //!   and what it hands to `api::router`.
 //! - [`backend`]: single server or cluster member, the one value the rest asks;
-//!   [`identity_lease`]: this server's Lease, renewed by every server.
+//!   [`identity_lease`]: this server's Lease, renewed by every server; [`metrics`]: what
+//!   the backend adds to `/metrics` (a member's Raft state).
 //! - `ServerError` lives in [`error`].
 
 pub(crate) mod admin_token;
@@ -23,6 +24,7 @@ pub(crate) mod error;
 pub(crate) mod identity_lease;
 pub(crate) mod kubeconfig;
 pub(crate) mod listener;
+pub(crate) mod metrics;
 pub(crate) mod pki;
 pub(crate) mod run;
 pub(crate) mod settings;

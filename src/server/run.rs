@@ -208,6 +208,8 @@ pub async fn run_until(
             tls,
         });
     }
+    ctx.metrics
+        .add_sections(super::metrics::sections(&backend, shutdown.clone()));
     let listener = Listener {
         tcp,
         tls: TlsAcceptor::from(tls_config),

@@ -4,12 +4,14 @@
 //! (`DelayedIo`) the same way in both. Each engine holds an `Arc<dyn FileIo>`; the real thing
 //! is `RealIo`. Creating, preallocating and reading files do not go through here: the faults
 //! worth injecting are those of the append path, which the engines must survive by failing
-//! for good (see their module documentation).
+//! for good (see their module documentation). `RealIo` times every fdatasync for `/metrics`.
 
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::metrics::{Histogram, FSYNC_BUCKETS};
 
 /// Zeros are written in pieces of this size by [`write_zeros`].
 const ZERO_PIECE: usize = 1 << 20;
@@ -19,6 +21,9 @@ pub trait FileIo: Send + Sync + 'static {
     fn write_at(&self, file: &File, buf: &[u8], offset: u64) -> io::Result<()>;
     fn sync_data(&self, file: &File) -> io::Result<()>;
 }
+
+/// How long the real `fdatasync`s of this process took (reported on `/metrics`).
+pub static SYNC_DURATIONS: Histogram = Histogram::with_bounds(&FSYNC_BUCKETS);
 
 /// The real thing: `pwrite` and `fdatasync`.
 #[derive(Debug, Default)]
@@ -30,7 +35,10 @@ impl FileIo for RealIo {
     }
 
     fn sync_data(&self, file: &File) -> io::Result<()> {
-        file.sync_data()
+        let started = std::time::Instant::now();
+        let result = file.sync_data();
+        SYNC_DURATIONS.observe(started.elapsed());
+        result
     }
 }
 
