@@ -6,9 +6,8 @@
 
 mod support;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use support::Server;
 
@@ -75,16 +74,7 @@ spec:
 "#;
 
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
-    Command::new("timeout")
-        .arg("60")
-        .arg(KUBECTL)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--request-timeout=20s")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run kubectl")
+    support::kubectl::run(KUBECTL, kubeconfig, args)
 }
 
 fn stderr(out: &Output) -> String {
@@ -92,9 +82,7 @@ fn stderr(out: &Output) -> String {
 }
 
 fn ok(kubeconfig: &Path, args: &[&str]) -> String {
-    let out = kubectl(kubeconfig, args);
-    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    support::kubectl::ok(KUBECTL, kubeconfig, args)
 }
 
 fn refused(kubeconfig: &Path, args: &[&str], message: &str) {
@@ -104,22 +92,7 @@ fn refused(kubeconfig: &Path, args: &[&str], message: &str) {
 }
 
 fn apply(kubeconfig: &Path, manifest: &str) {
-    let mut child = Command::new(KUBECTL)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["apply", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run kubectl");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(manifest.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = support::kubectl::apply(KUBECTL, kubeconfig, manifest);
     assert!(out.status.success(), "apply: {}", stderr(&out));
 }
 

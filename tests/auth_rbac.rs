@@ -19,12 +19,12 @@ mod support;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::Value;
+use support::kubectl::{apply, ok, run as kubectl, stderr, stdout};
 use support::Server;
 
 const KUBECTLS: [&str; 2] = [
@@ -113,54 +113,6 @@ fn kubeconfig(
     let path = dir.join("kubeconfig");
     std::fs::write(&path, text).unwrap();
     path
-}
-
-fn kubectl(binary: &str, kubeconfig: &Path, args: &[&str]) -> Output {
-    Command::new("timeout")
-        .arg("60")
-        .arg(binary)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--request-timeout=20s")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run kubectl")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Runs kubectl and fails the test unless it succeeds.
-fn ok(binary: &str, kubeconfig: &Path, args: &[&str]) -> String {
-    let out = kubectl(binary, kubeconfig, args);
-    assert!(out.status.success(), "{binary} {args:?}: {}", stderr(&out));
-    stdout(&out)
-}
-
-/// Applies a YAML manifest with kubectl.
-fn apply(binary: &str, kubeconfig: &Path, manifest: &str) -> Output {
-    let mut child = Command::new(binary)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["apply", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run kubectl");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(manifest.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
 }
 
 /// One HTTPS/1.1 request with extra `headers`, as `credential` (a client certificate) or with

@@ -16,13 +16,13 @@ mod support;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use rustls::pki_types::ServerName;
 use serde_json::{json, Value};
+use support::kubectl::{ok, run as kubectl, stderr};
 use support::Server;
 
 const KUBECTLS: [&str; 2] = [
@@ -63,46 +63,8 @@ subjects:
 - {kind: ServiceAccount, name: bot, namespace: team}
 "#;
 
-fn kubectl(binary: &str, kubeconfig: &Path, args: &[&str]) -> Output {
-    Command::new("timeout")
-        .arg("60")
-        .arg(binary)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--request-timeout=20s")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run kubectl")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn ok(binary: &str, kubeconfig: &Path, args: &[&str]) -> String {
-    let out = kubectl(binary, kubeconfig, args);
-    assert!(out.status.success(), "{binary} {args:?}: {}", stderr(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 fn apply(binary: &str, kubeconfig: &Path, manifest: &str) {
-    let mut child = Command::new(binary)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["apply", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run kubectl");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(manifest.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = support::kubectl::apply(binary, kubeconfig, manifest);
     assert!(out.status.success(), "apply: {}", stderr(&out));
 }
 

@@ -225,16 +225,7 @@ pub fn write_kubeconfig(path: &Path, server: &str, ca: &Path, cert: &Path, key: 
 
 /// Runs kubectl with `kubeconfig` (bounded).
 pub fn kubectl(binary: &str, kubeconfig: &Path, args: &[&str]) -> Output {
-    Command::new("timeout")
-        .arg("60")
-        .arg(binary)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--request-timeout=20s")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run kubectl")
+    super::support::kubectl::run(binary, kubeconfig, args)
 }
 
 /// The Node `name` as `api` sees it (`None` if absent).

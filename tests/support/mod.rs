@@ -31,6 +31,7 @@ use tokio::net::TcpStream as TokioTcpStream;
 use tokio_rustls::TlsConnector;
 
 pub mod images;
+pub mod kubectl;
 mod ports;
 pub use ports::free_port;
 
