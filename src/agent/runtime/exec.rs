@@ -57,35 +57,10 @@ impl Runtime {
         argv: &[String],
         timeout: Duration,
     ) -> Result<ExecOutput, RuntimeError> {
-        if argv.first().is_none_or(|a| a.is_empty()) {
-            return Err(RuntimeError::InvalidConfig(format!(
-                "exec in container {id}: no command"
-            )));
-        }
-        let record = self.record(id)?;
-        let dir = self.dir_of(&record);
-        let tag = uuid::Uuid::new_v4().simple().to_string();
-        let files = TempFiles(vec![
-            dir.join(format!("exec-{tag}.json")),
-            dir.join(format!("exec-{tag}.pid")),
-        ]);
-        let (process_file, pid_file) = (&files.0[0], &files.0[1]);
-        let process = process_for(&dir.join(files::CONFIG), argv)?;
-        std::fs::write(process_file, process)
-            .map_err(|e| RuntimeError::io(format!("write {}", process_file.display()), e))?;
-
+        let (files, mut cmd) = self.exec_command(id, argv)?;
+        let pid_file = &files.0[1];
         let what = || format!("{} exec {id}", self.cli.kind);
-        let mut cmd = tokio::process::Command::new(&self.cli.path);
-        cmd.args(&self.cli.global_args)
-            .arg("exec")
-            .arg("--process")
-            .arg(process_file)
-            .arg("--pid-file")
-            .arg(pid_file)
-            .arg(id)
-            .env_clear()
-            .env("PATH", CHILD_PATH)
-            .stdin(Stdio::null())
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -172,34 +147,10 @@ impl Runtime {
         argv: &[String],
         stdin: bool,
     ) -> Result<AttachedExec, RuntimeError> {
-        if argv.first().is_none_or(|a| a.is_empty()) {
-            return Err(RuntimeError::InvalidConfig(format!(
-                "exec in container {id}: no command"
-            )));
-        }
-        let record = self.record(id)?;
-        let dir = self.dir_of(&record);
-        let tag = uuid::Uuid::new_v4().simple().to_string();
-        let files = TempFiles(vec![
-            dir.join(format!("exec-{tag}.json")),
-            dir.join(format!("exec-{tag}.pid")),
-        ]);
-        let (process_file, pid_file) = (files.0[0].clone(), files.0[1].clone());
-        let process = process_for(&dir.join(files::CONFIG), argv)?;
-        std::fs::write(&process_file, process)
-            .map_err(|e| RuntimeError::io(format!("write {}", process_file.display()), e))?;
+        let (files, mut cmd) = self.exec_command(id, argv)?;
+        let pid_file = files.0[1].clone();
         let what = || format!("{} exec {id}", self.cli.kind);
-        let mut cmd = tokio::process::Command::new(&self.cli.path);
-        cmd.args(&self.cli.global_args)
-            .arg("exec")
-            .arg("--process")
-            .arg(&process_file)
-            .arg("--pid-file")
-            .arg(&pid_file)
-            .arg(id)
-            .env_clear()
-            .env("PATH", CHILD_PATH)
-            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+        cmd.stdin(if stdin { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -239,6 +190,45 @@ impl Runtime {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+}
+
+impl Runtime {
+    /// `runtime exec --process FILE --pid-file FILE ID` for `argv` in the running container
+    /// `id`, with the process file written; both files go when the returned [`TempFiles`]
+    /// is dropped (the pid file is its second). The caller sets the standard streams.
+    fn exec_command(
+        &self,
+        id: &str,
+        argv: &[String],
+    ) -> Result<(TempFiles, tokio::process::Command), RuntimeError> {
+        if argv.first().is_none_or(|a| a.is_empty()) {
+            return Err(RuntimeError::InvalidConfig(format!(
+                "exec in container {id}: no command"
+            )));
+        }
+        let record = self.record(id)?;
+        let dir = self.dir_of(&record);
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        let files = TempFiles(vec![
+            dir.join(format!("exec-{tag}.json")),
+            dir.join(format!("exec-{tag}.pid")),
+        ]);
+        let (process_file, pid_file) = (&files.0[0], &files.0[1]);
+        let process = process_for(&dir.join(files::CONFIG), argv)?;
+        std::fs::write(process_file, process)
+            .map_err(|e| RuntimeError::io(format!("write {}", process_file.display()), e))?;
+        let mut cmd = tokio::process::Command::new(&self.cli.path);
+        cmd.args(&self.cli.global_args)
+            .arg("exec")
+            .arg("--process")
+            .arg(process_file)
+            .arg("--pid-file")
+            .arg(pid_file)
+            .arg(id)
+            .env_clear()
+            .env("PATH", CHILD_PATH);
+        Ok((files, cmd))
     }
 }
 
