@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use agent_support::Agent;
+use agent_support::{read_dir, Agent};
 use serde_json::{json, Value};
 use support::images::{busybox_image, oci_archive, Registry};
 use support::{Api, Server};
@@ -288,29 +288,9 @@ impl Drop for Node {
     }
 }
 
-fn read_dir(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|e| e.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default()
-}
-
 /// A pod of one container running `command`.
 fn pod(name: &str, command: &[&str], extra: Value) -> Value {
-    let mut pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "terminationGracePeriodSeconds": 2,
-            "containers": [{"name": "c", "image": IMAGE, "command": command}],
-        },
-    });
-    if let (Some(spec), Some(extra)) = (pod["spec"].as_object_mut(), extra.as_object()) {
-        for (k, v) in extra {
-            spec.insert(k.clone(), v.clone());
-        }
-    }
-    pod
+    agent_support::pod(name, IMAGE, command, 2, extra)
 }
 
 fn phase(pod: &Value) -> &str {

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use agent_support::{kubectl, Agent, KUBECTLS};
+use agent_support::{kubectl, read_dir, Agent, KUBECTLS};
 use cluster_support::Cluster;
 use serde_json::{json, Value};
 use support::images::{busybox_image, oci_archive};
@@ -116,28 +116,9 @@ impl Drop for Cleanup {
     }
 }
 
-fn read_dir(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|e| e.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default()
-}
-
+/// A pod of one container running `command`.
 fn pod(name: &str, command: &[&str], extra: Value) -> Value {
-    let mut pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "c", "image": IMAGE, "command": command}],
-        },
-    });
-    if let (Some(spec), Some(extra)) = (pod["spec"].as_object_mut(), extra.as_object()) {
-        for (k, v) in extra {
-            spec.insert(k.clone(), v.clone());
-        }
-    }
-    pod
+    agent_support::pod(name, IMAGE, command, 1, extra)
 }
 
 async fn create(api: &Api, pod: &Value) {

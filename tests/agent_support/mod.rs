@@ -276,3 +276,36 @@ pub async fn wait_node(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The entries of `dir` (none when it cannot be read).
+pub fn read_dir(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|e| e.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+/// A Pod of one container `c` running `command` from `image`, with `grace` seconds of
+/// termination grace and the fields of `extra` added to its spec.
+pub fn pod(
+    name: &str,
+    image: &str,
+    command: &[&str],
+    grace: u32,
+    extra: serde_json::Value,
+) -> serde_json::Value {
+    let mut pod = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": grace,
+            "containers": [{"name": "c", "image": image, "command": command}],
+        },
+    });
+    if let (Some(spec), Some(extra)) = (pod["spec"].as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            spec.insert(k.clone(), v.clone());
+        }
+    }
+    pod
+}
