@@ -246,9 +246,20 @@ def main():
     p.add_argument("--control", default="")
     args = p.parse_args()
     k = Kubelet(args)
-    k.ensure_nodes()
-    for node in k.nodes:
-        k.renew_lease(node)
+    # A kubelet started while the servers elect a leader (a test killed the old one) sees
+    # 5xx and, against its predecessor's last renewal, 409: it retries, as kubelet does.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            k.ensure_nodes()
+            for node in k.nodes:
+                k.renew_lease(node)
+            break
+        except Exception as e:
+            if time.monotonic() > deadline:
+                raise
+            print(f"fake kubelet: start: {e}", flush=True)
+            time.sleep(0.5)
     if args.control:
         open(os.path.join(args.control, "ready"), "w").close()
     threading.Thread(target=k.renew_leases, daemon=True).start()

@@ -19,7 +19,7 @@ CLUSTER_PORTS=()
 CLUSTER_ARGS=()
 
 controllers_env_cleanup() {
-    [ -n "$KUBELET_PID" ] && kill "$KUBELET_PID" 2>/dev/null
+    stop_kubelet
     for pid in "${CLUSTER_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     stop_server >/dev/null 2>&1 || true
     if [ "${KEEP_WORK:-0}" = 1 ] || [ "$FAILED" -gt 0 ]; then
@@ -117,6 +117,15 @@ start_kubelet() {
     fi
 }
 
+# stop_kubelet: stops the fake kubelet and waits until it is gone, so that the next one does
+# not race it.
+stop_kubelet() {
+    [ -n "$KUBELET_PID" ] || return 0
+    kill "$KUBELET_PID" 2>/dev/null
+    wait "$KUBELET_PID" 2>/dev/null
+    KUBELET_PID=
+}
+
 # stop_node NODE / resume_node NODE: the fake kubelet stops (resumes) renewing the node's
 # Lease and status.
 stop_node() { touch "$CONTROL/stop-$1"; }
@@ -178,11 +187,14 @@ leader_name() {
     jq_of lease kube-controller-manager -n kube-system -- '.spec.holderIdentity' | cut -d_ -f1
 }
 
-# kill_leader: SIGKILL the server that leads (HA only); prints its name. When kubectl and the
-# fake kubelet were using it, they move to a live member. run_scenario starts killed members
+# kill_leader: SIGKILL the server that leads (HA only) and set KILLED to its name. When kubectl
+# and the fake kubelet were using it, they move to a live member. It must run in the scenario's
+# shell, not in `$(...)`: it replaces KUBELET_PID, and a kubelet started in a subshell would
+# outlive the test and race the next one on the node Leases. run_scenario starts killed members
 # again after each scenario (revive_killed), so every scenario begins with three.
 kill_leader() {
     local leader i j url
+    KILLED=
     leader=$(leader_name)
     for i in "${!CLUSTER_NAMES[@]}"; do
         if [ "${CLUSTER_NAMES[$i]}" = "$leader" ]; then
@@ -195,12 +207,12 @@ kill_leader() {
                     kill -0 "${CLUSTER_PIDS[$j]}" 2>/dev/null || continue
                     url="https://127.0.0.1:${CLUSTER_PORTS[$j]}"
                     sed -i "s#https://127.0.0.1:${CLUSTER_PORTS[$i]}#$url#" "$KC"
-                    kill "$KUBELET_PID" 2>/dev/null
-                    start_kubelet >/dev/null
+                    stop_kubelet
+                    start_kubelet
                     break
                 done
             fi
-            echo "$leader"
+            KILLED=$leader
             return 0
         fi
     done

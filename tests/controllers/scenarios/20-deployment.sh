@@ -180,8 +180,8 @@ if [ "$HA" = 1 ]; then
     k set image deployment/ha c=nginx:2 -n "$NS" >/dev/null
     wait_until "$T failover: rollout under way" 20 equals 2 rs_count ha
     sleep 1.5
-    killed=$(kill_leader)
-    pass "$T failover: leader $killed killed mid-rollout (at $(jq_of deployment ha -n "$NS" -- '.status.updatedReplicas') of 6 updated)"
+    kill_leader
+    pass "$T failover: leader $KILLED killed mid-rollout (at $(jq_of deployment ha -n "$NS" -- '.status.updatedReplicas') of 6 updated)"
     rollout_ok "$T failover: the rollout finished on the new leader" ha
     watch_until ha 30 '.all == 6 and .available == 6' || true
     check_bounds "$T failover: never more than 7 pods nor fewer than 6 available, across the failover" ha "$mark" 7 6
@@ -189,6 +189,6 @@ if [ "$HA" = 1 ]; then
         "$(hashes ha | tr ',' '\n' | wc -l) $(active_pods app=ha)"
     holder=$(leader_name)
     expect_grep "$T failover: kube-controller-manager Lease held by a survivor" "^[a-z0-9-]+$" \
-        "$([ "$holder" != "$killed" ] && echo "$holder")"
+        "$([ "$holder" != "$KILLED" ] && echo "$holder")"
     stop_pod_watches
 fi

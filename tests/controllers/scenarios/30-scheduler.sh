@@ -131,8 +131,8 @@ wait_until "$T scheduler: the fourth waits with the anti-affinity message" 15 \
 
 # --- a new leader schedules (HA): the controllers' session moves, pending pods follow
 if [ "$HA" = 1 ]; then
-    dead=$(kill_leader)
-    pass "$T scheduler: leader $dead killed"
+    kill_leader
+    pass "$T scheduler: leader $KILLED killed"
     run_pod after-0 100m
     wait_until "$T scheduler: the new leader binds a new pod" 30 is_bound after-0
 fi

@@ -146,8 +146,8 @@ servers_alive() {
 }
 if [ "$HA" = 1 ] && [ "$(servers_alive)" = 3 ]; then
     sleep 1
-    killed=$(kill_leader)
-    pass "$T sts: leader $killed killed in the middle of the undo"
+    kill_leader
+    pass "$T sts: leader $KILLED killed in the middle of the undo"
 fi
 sts_rollout_ok "$T sts: the undo rolled out" web 'partitioned roll out complete: 3 new pods have been updated'
 undo_state() { echo "$(images web) $(status_of web)"; }
