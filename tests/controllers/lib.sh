@@ -91,7 +91,11 @@ controllers_env_start() {
     CLUSTER_NAMES+=(test)
     CLUSTER_PORTS+=("$PORT")
     CLUSTER_ARGS+=("--data-dir $WORK/lk3 --listen 127.0.0.1:$PORT --name test ${extra[*]}")
-    KC=$WORK/lk3/kubeconfig.yaml
+    # The tests' own copy: a server writes its kubeconfig again when it starts, and a revived
+    # member would point kubectl back at itself while the fake kubelet still used the URL
+    # kill_leader moved it to.
+    KC=$WORK/kubeconfig.yaml
+    cp "$WORK/lk3/kubeconfig.yaml" "$KC"
     pass "$T server starts"
     start_kubelet
 }
