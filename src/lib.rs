@@ -36,6 +36,7 @@ pub mod agent;
 pub mod allocator;
 pub mod api;
 pub mod auth;
+pub mod check_config;
 pub mod cli;
 pub mod client;
 pub mod cluster;

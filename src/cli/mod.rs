@@ -49,6 +49,9 @@ pub enum Command {
     /// Show a daemon's configuration merged from /etc/litek8s/config.yaml (and its drop-ins
     /// in config.yaml.d/), environment and flags.
     Config(config_show::ConfigArgs),
+    /// Check that this machine can run a server, an agent or both (kernel, cgroups, runtime,
+    /// CNI plugins, nftables, forwarding, ports), with a fix for each failure.
+    CheckConfig(crate::check_config::CheckConfigArgs),
 }
 
 impl Cli {
@@ -71,7 +74,9 @@ impl Cli {
                     .and_then(|h| h.into_string().ok())
             }),
             Command::Agent(args) => args.log_node_name(),
-            Command::Server(_) | Command::Lb(_) | Command::Config(_) => None,
+            Command::Server(_) | Command::Lb(_) | Command::Config(_) | Command::CheckConfig(_) => {
+                None
+            }
         };
         let fields: Vec<(&str, String)> = node_name.map(|n| ("NODE_NAME", n)).into_iter().collect();
         crate::systemd::journal::init(&text, "litek8s", &fields)
@@ -87,6 +92,7 @@ impl Cli {
             Command::Lb(args) => args.run(),
             Command::Agent(args) => args.run(),
             Command::Config(args) => args.run(),
+            Command::CheckConfig(args) => crate::check_config::run(&args),
         }
     }
 }

@@ -244,6 +244,24 @@ fn plugin_type(plugin: &Value) -> &str {
     plugin.get("type").and_then(Value::as_str).unwrap_or("")
 }
 
+/// Every plugin binary a pod's network needs with `net`: `loopback`, each plugin of the
+/// chain, and the IPAM plugins they delegate to.
+pub fn required_plugins(net: &NetworkConfig) -> Vec<String> {
+    let mut names = vec!["loopback".to_string()];
+    for plugin in &net.plugins {
+        let ipam = plugin
+            .get("ipam")
+            .and_then(|i| i.get("type"))
+            .and_then(Value::as_str);
+        for name in [Some(plugin_type(plugin)), ipam].into_iter().flatten() {
+            if !name.is_empty() && !names.iter().any(|n| n == name) {
+                names.push(name.to_string());
+            }
+        }
+    }
+    names
+}
+
 /// Runs the chain's ADD; returns the network's result.
 pub async fn add(
     settings: &CniSettings,
@@ -297,7 +315,8 @@ pub async fn loopback_up(settings: &CniSettings, at: &Attachment<'_>) -> Result<
         .map(|_| ())
 }
 
-fn find_plugin(settings: &CniSettings, name: &str) -> Result<PathBuf, SandboxError> {
+/// The binary of plugin `name`: the first of the settings' directories that has it.
+pub fn find_plugin(settings: &CniSettings, name: &str) -> Result<PathBuf, SandboxError> {
     let not_found = || SandboxError::PluginNotFound {
         plugin: name.to_string(),
         dirs: settings

@@ -33,7 +33,9 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-pub use cni::{CniSettings, NetworkConfig, PortMapping};
+pub use cni::{
+    find_plugin, load_config, required_plugins, CniSettings, NetworkConfig, PortMapping,
+};
 pub use error::SandboxError;
 pub use files::{DnsConfig, HostAlias};
 
