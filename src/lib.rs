@@ -44,6 +44,7 @@ pub mod controllers;
 pub mod failover;
 pub mod failpoints;
 pub mod http_client;
+pub mod install;
 pub mod kube;
 pub mod lb;
 pub(crate) mod metrics;

@@ -303,7 +303,7 @@ if [ "${SKIP_PACKAGING:-0}" != 1 ] && [ "${SKIP_PACKAGES:-0}" != 1 ]; then
 
     if [ "${SKIP_SYSTEMD_E2E:-0}" != 1 ]; then
         t0=$(date +%s)
-        echo "== booted Debian: single, golden, cluster (log: $OUT/systemd-e2e.log)"
+        echo "== booted Debian: single, golden, cluster, agent, install (log: $OUT/systemd-e2e.log)"
         kc=$(command -v kubectl || ls /usr/lib/google-cloud-sdk/bin/kubectl.1.33 2>/dev/null || true)
         as_root env KUBECTL="$kc" bash "$ROOT/tests/systemd/run.sh" --debs "$pkgdir" all \
             >"$OUT/systemd-e2e.log" 2>&1

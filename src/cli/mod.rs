@@ -52,6 +52,11 @@ pub enum Command {
     /// Check that this machine can run a server, an agent or both (kernel, cgroups, runtime,
     /// CNI plugins, nftables, forwarding, ports), with a fix for each failure.
     CheckConfig(crate::check_config::CheckConfigArgs),
+    /// Install a server or an agent as a systemd service (no package needed), start it and
+    /// wait until it is ready.
+    Install(crate::install::InstallArgs),
+    /// Stop and remove what `install` set up (--purge-data: the data too).
+    Uninstall(crate::install::UninstallArgs),
 }
 
 impl Cli {
@@ -74,9 +79,12 @@ impl Cli {
                     .and_then(|h| h.into_string().ok())
             }),
             Command::Agent(args) => args.log_node_name(),
-            Command::Server(_) | Command::Lb(_) | Command::Config(_) | Command::CheckConfig(_) => {
-                None
-            }
+            Command::Server(_)
+            | Command::Lb(_)
+            | Command::Config(_)
+            | Command::CheckConfig(_)
+            | Command::Install(_)
+            | Command::Uninstall(_) => None,
         };
         let fields: Vec<(&str, String)> = node_name.map(|n| ("NODE_NAME", n)).into_iter().collect();
         crate::systemd::journal::init(&text, "litek8s", &fields)
@@ -93,6 +101,8 @@ impl Cli {
             Command::Agent(args) => args.run(),
             Command::Config(args) => args.run(),
             Command::CheckConfig(args) => crate::check_config::run(&args),
+            Command::Install(args) => args.run(),
+            Command::Uninstall(args) => args.run(),
         }
     }
 }
