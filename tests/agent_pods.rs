@@ -868,7 +868,11 @@ async fn volumes_environment_and_probes_on_a_running_pod() {
                 "env": [
                     {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}},
                     {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
-                ]}],
+                ]},
+                // What in-cluster clients read: the service account token, CA and namespace
+                // of the kube-api-access volume the admission added.
+                {"name": "account", "image": IMAGE,
+                 "command": ["sh", "-c", "cd /var/run/secrets/kubernetes.io/serviceaccount && test -s ca.crt && echo -n \"$(cat namespace) $(cat token)\" > /dev/termination-log"]}],
             "containers": [
                 // Ready once the mounted ConfigMap says "world".
                 {"name": "app", "image": IMAGE,
@@ -891,6 +895,34 @@ async fn volumes_environment_and_probes_on_a_running_pod() {
         .await;
     let env = &container(&pod, "env")["state"]["terminated"];
     assert_eq!(env["message"], "hello from parts", "{env}");
+
+    // The pod's token is a real one: the API server knows it as the pod's service account.
+    let account = container(&pod, "account")["state"]["terminated"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (namespace, token) = account.split_once(' ').unwrap_or_default();
+    assert_eq!(namespace, "default", "{account}");
+    let review = node
+        .api
+        .with_token(Some(token))
+        .post_json(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+        )
+        .await
+        .expect("POST selfsubjectreview");
+    assert_eq!(review.status, 201, "{}", review.text());
+    let user = &review.json()["status"]["userInfo"];
+    assert_eq!(
+        user["username"], "system:serviceaccount:default:default",
+        "{user}"
+    );
+    assert_eq!(
+        user["extra"]["authentication.kubernetes.io/pod-name"],
+        json!(["parts"]),
+        "bound to the pod: {user}"
+    );
     // Not ready: the mounted file says hello, the readiness probe fails.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let pod = node.get("parts").await.expect("pod");

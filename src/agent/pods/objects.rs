@@ -5,12 +5,17 @@
 //! then gets the new content). Objects no pod refers to are not watched; an object not yet
 //! cached is read with a GET.
 //!
+//! Service account tokens for projected volumes are requested here too
+//! ([`Objects::service_account_token`]), one per pod and source, and handed out again until
+//! 80% of their life has passed (kubelet's token manager renews at that point, and at most
+//! every 24 h).
+//!
 //! What a pod refers to is [`refs_of`]: `imagePullSecrets`, `configMap`/`secret` volumes
 //! and projected sources, `env[].valueFrom.{configMapKeyRef,secretKeyRef}` and `envFrom`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -18,6 +23,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::pod::Pod;
+use super::volumes::TokenRequest;
 use crate::agent::api::{ApiClient, ApiError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -132,10 +138,22 @@ struct Inner {
 pub struct Objects {
     api: ApiClient,
     inner: Arc<Mutex<Inner>>,
+    tokens: Arc<Mutex<HashMap<TokenRequest, IssuedToken>>>,
     /// Each change of a watched object, for the dispatcher to wake its users.
     changed: mpsc::Sender<ObjectKey>,
     stop: CancellationToken,
 }
+
+/// A token handed out to a pod's volume.
+struct IssuedToken {
+    token: String,
+    /// When a new one is asked for: 80% of its life, at most [`MAX_TOKEN_AGE`].
+    renew_at: SystemTime,
+    expires: SystemTime,
+}
+
+/// The longest a token is used before a new one is requested, whatever its life.
+const MAX_TOKEN_AGE: Duration = Duration::from_secs(24 * 3600);
 
 /// How long a watch waits before it starts again after an error.
 const RETRY: Duration = Duration::from_secs(1);
@@ -146,6 +164,7 @@ impl Objects {
         Objects {
             api,
             inner: Arc::default(),
+            tokens: Arc::default(),
             changed,
             stop,
         }
@@ -208,6 +227,50 @@ impl Objects {
 
     /// The object, from the watch's copy when there is one, else read now; `None` when it
     /// does not exist.
+    /// A token for `request`: the one issued before while it is not due for renewal, else a
+    /// new one from the TokenRequest API (the node may ask only for its own pods' accounts,
+    /// bound to those pods).
+    pub async fn service_account_token(&self, request: &TokenRequest) -> Result<String, ApiError> {
+        let now = SystemTime::now();
+        {
+            let mut tokens = self.tokens.lock();
+            // Tokens of pods that are gone expire; forget them then.
+            tokens.retain(|_, t| t.expires > now);
+            if let Some(t) = tokens.get(request) {
+                if now < t.renew_at {
+                    return Ok(t.token.clone());
+                }
+            }
+        }
+        let answer = self.api.create(&request.path(), &request.body()).await?;
+        let token = answer
+            .pointer("/status/token")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| ApiError::Decode {
+                server: self.api.in_use().unwrap_or_default(),
+                reason: "a TokenRequest answer without status.token".into(),
+            })?
+            .to_string();
+        let expires = answer
+            .pointer("/status/expirationTimestamp")
+            .and_then(Value::as_str)
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(SystemTime::from)
+            .unwrap_or_else(|| now + Duration::from_secs(request.expiration_seconds.max(0) as u64));
+        let life = expires.duration_since(now).unwrap_or_default();
+        let renew_at = now + (life * 4 / 5).min(MAX_TOKEN_AGE);
+        self.tokens.lock().insert(
+            request.clone(),
+            IssuedToken {
+                token: token.clone(),
+                renew_at,
+                expires,
+            },
+        );
+        Ok(token)
+    }
+
     pub async fn get(&self, key: &ObjectKey) -> Result<Option<Arc<Value>>, ApiError> {
         if let Some(Some(cached)) = self.inner.lock().entries.get(key).map(|e| e.cached.clone()) {
             return Ok(cached);

@@ -23,7 +23,7 @@ use super::env::{self, EnvContext, EnvVar};
 use super::objects::{ObjectKey, ObjectKind, Objects};
 use super::pod::{ContainerSpec, Pod};
 use super::probes::{self, ContainerProbes, ProbeKind, ProbeResult, ProbeTarget, ProbeUpdate};
-use super::volumes::{self, ObjectSource, PodVolumes, VolumeSettings};
+use super::volumes::{self, ObjectSource, PodVolumes, TokenRequest, VolumeSettings};
 use crate::agent::runtime::{Runtime, VolumeMount};
 
 impl ObjectSource for Objects {
@@ -49,6 +49,12 @@ impl ObjectSource for Objects {
             Ok(found) => Ok(found.map(|v| (*v).clone())),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    async fn service_account_token(&self, request: &TokenRequest) -> Result<String, String> {
+        Objects::service_account_token(self, request)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

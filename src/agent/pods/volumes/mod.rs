@@ -60,7 +60,7 @@ use serde_json::Value;
 
 pub use atomic_writer::{FileProjection, Payload, DATA_DIR};
 pub use error::VolumeError;
-pub use objects::{ObjectSource, StaticObjects};
+pub use objects::{ObjectSource, StaticObjects, TokenRequest};
 
 use super::env::{array_at, bool_at, str_at, EnvVar, NodeAllocatable};
 use crate::agent::runtime::{Propagation, VolumeMount};
@@ -158,13 +158,10 @@ impl SyncReport {
 /// The volumes of one pod.
 #[derive(Debug)]
 pub struct PodVolumes {
-    uid: String,
     namespace: String,
     pod_dir: PathBuf,
     allocatable: NodeAllocatable,
     mounted: BTreeMap<String, MountedVolume>,
-    /// The missing service account token was logged for this pod.
-    token_noted: bool,
 }
 
 /// Volume types the API accepts that this node cannot make.
@@ -270,10 +267,8 @@ impl PodVolumes {
         Ok(PodVolumes {
             pod_dir: settings.pods_dir.join(&uid),
             namespace: str_at(pod, &["metadata", "namespace"]).to_string(),
-            uid,
             allocatable: settings.allocatable,
             mounted: BTreeMap::new(),
-            token_noted: false,
         })
     }
 
@@ -374,15 +369,6 @@ impl PodVolumes {
             Source::Projected(src) => {
                 let projected =
                     projected::payload(src, pod, &ns, objects, &self.allocatable).await?;
-                if !projected.skipped_tokens.is_empty() && !self.token_noted {
-                    self.token_noted = true;
-                    tracing::info!(
-                        pod = %self.uid,
-                        volume = name,
-                        "projected volume without its service account token ({}): the API server does not issue tokens yet",
-                        projected.skipped_tokens.join(", ")
-                    );
-                }
                 (VolumeKind::Projected, projected.payload, memory)
             }
         };

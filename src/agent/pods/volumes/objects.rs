@@ -1,4 +1,5 @@
-//! Where ConfigMaps and Secrets come from ([`ObjectSource`]), and their data decoded.
+//! Where ConfigMaps, Secrets and service account tokens come from ([`ObjectSource`]), and
+//! the objects' data decoded.
 //!
 //! The pod workers implement [`ObjectSource`] over the agent's API client and the caches of
 //! the ConfigMaps and Secrets their pods use (a watch keeps those current; a cache miss may
@@ -27,6 +28,53 @@ pub trait ObjectSource: Sync {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<Value>, String>> + Send;
+
+    /// A token for the pod's service account (TokenRequest), bound to the pod; the source may
+    /// hand out the same token until it is due for renewal.
+    fn service_account_token(
+        &self,
+        request: &TokenRequest,
+    ) -> impl Future<Output = Result<String, String>> + Send;
+}
+
+/// What a projected `serviceAccountToken` source asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TokenRequest {
+    pub namespace: String,
+    pub service_account: String,
+    /// `None`: the API server's own audiences.
+    pub audience: Option<String>,
+    pub expiration_seconds: i64,
+    /// The pod the token is bound to: it stops being valid when the pod is deleted.
+    pub pod_name: String,
+    pub pod_uid: String,
+}
+
+impl TokenRequest {
+    /// The TokenRequest object posted to `serviceaccounts/<name>/token`.
+    pub fn body(&self) -> Value {
+        serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": self.audience.iter().collect::<Vec<_>>(),
+                "expirationSeconds": self.expiration_seconds,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": self.pod_name,
+                    "uid": self.pod_uid,
+                },
+            },
+        })
+    }
+
+    pub fn path(&self) -> String {
+        format!(
+            "/api/v1/namespaces/{}/serviceaccounts/{}/token",
+            self.namespace, self.service_account
+        )
+    }
 }
 
 /// Which of the two kinds.
@@ -129,6 +177,8 @@ pub struct StaticObjects {
     config_maps: BTreeMap<(String, String), Value>,
     secrets: BTreeMap<(String, String), Value>,
     failure: Option<String>,
+    /// Every token request answered so far; the token handed out is derived from it.
+    pub token_requests: std::sync::Arc<parking_lot::Mutex<Vec<TokenRequest>>>,
 }
 
 fn key_of(object: &Value) -> (String, String) {
@@ -182,6 +232,17 @@ impl ObjectSource for StaticObjects {
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Value>, String> {
         self.lookup(&self.secrets, namespace, name)
+    }
+
+    async fn service_account_token(&self, request: &TokenRequest) -> Result<String, String> {
+        if let Some(f) = &self.failure {
+            return Err(f.clone());
+        }
+        self.token_requests.lock().push(request.clone());
+        Ok(format!(
+            "token-for-{}/{}-pod-{}",
+            request.namespace, request.service_account, request.pod_name
+        ))
     }
 }
 
