@@ -114,8 +114,8 @@ thread_local! {
 /// threads that have emptied since (mimalloc's forced `mi_collect` on this thread's heap, which
 /// also visits the abandoned segments of all threads). Parking means nothing is waiting to
 /// run, so the cost (1–3 ms on average in the agent benchmark, more while the machine is
-/// busy) lands where it delays nothing that was ready; at most once per interval per worker it
-/// stays far below 0.1 % of a core.
+/// busy) lands where it delays nothing that was ready; at most once per interval per worker
+/// that is at most about 0.05 % of a core each (the idle agent's cpu did not change).
 pub fn collect_when_parked() {
     let now = std::time::Instant::now();
     let due = LAST_COLLECT.with(|last| {
