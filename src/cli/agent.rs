@@ -141,6 +141,9 @@ impl AgentArgs {
             .worker_threads(2)
             .enable_all()
             .thread_name("litek8s-agent")
+            // Pod churn leaves freed memory with the allocator (src/allocator.rs): idle
+            // workers give it back.
+            .on_thread_park(crate::allocator::collect_when_parked)
             .build()
             .context("starting the async runtime")?;
         runtime.block_on(crate::agent::run(settings))?;
