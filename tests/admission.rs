@@ -7,6 +7,8 @@
 //! - LimitRanger: defaults visible in `kubectl get pod -o yaml`, a limit above the max refused;
 //! - Priority: the system PriorityClasses exist, a class resolves to the pod's priority, an
 //!   unknown class is refused;
+//! - PodSecurity: a restricted namespace refuses a privileged pod with kube-apiserver's message
+//!   and warns on a Deployment; a warn-only namespace stores the pod with a warning;
 //! - bad input: a quota with a malformed (400) or negative (422) quantity, a LimitRange with
 //!   min > max (422), a user PriorityClass above 1e9 (422).
 
@@ -484,4 +486,81 @@ fn priority_classes_resolve_and_bad_policy_objects_are_refused() {
         ],
     );
     assert_eq!(priority, "everyone 100");
+}
+
+#[test]
+fn pod_security_labels_refuse_and_warn() {
+    let server = Server::start(&[]);
+    let kc = server.kubeconfig_path();
+    for binary in KUBECTLS {
+        let ns = format!("pss-{}", version(binary));
+        ok(binary, &kc, &["create", "namespace", &ns]);
+        ok(
+            binary,
+            &kc,
+            &[
+                "label",
+                "namespace",
+                &ns,
+                "pod-security.kubernetes.io/enforce=restricted",
+                "pod-security.kubernetes.io/enforce-version=latest",
+                "pod-security.kubernetes.io/warn=restricted",
+            ],
+        );
+        let privileged = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: root\n  namespace: {ns}\nspec:\n  containers:\n  - name: c\n    image: busybox\n    securityContext:\n      privileged: true\n"
+        );
+        let out = apply(binary, &kc, &privileged);
+        assert!(!out.status.success());
+        assert!(
+            stderr(&out).contains(
+                "pods \"root\" is forbidden: violates PodSecurity \"restricted:latest\": privileged (container \"c\" must not set securityContext.privileged=true), allowPrivilegeEscalation != false (container \"c\" must set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (container \"c\" must set securityContext.capabilities.drop=[\"ALL\"]), runAsNonRoot != true (pod or container \"c\" must set securityContext.runAsNonRoot=true), seccompProfile (pod or container \"c\" must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")"
+            ),
+            "{}",
+            stderr(&out)
+        );
+        // A workload is stored, with kubectl showing the warning.
+        let out = kubectl(
+            binary,
+            &kc,
+            &["create", "deployment", "web", "-n", &ns, "--image=busybox"],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("Warning: would violate PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (container \"busybox\" must set securityContext.allowPrivilegeEscalation=false)"),
+            "{}",
+            stderr(&out)
+        );
+        // A pod that meets the level is admitted without a warning.
+        let good = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: good\n  namespace: {ns}\nspec:\n  securityContext:\n    runAsNonRoot: true\n    seccompProfile:\n      type: RuntimeDefault\n  containers:\n  - name: c\n    image: busybox\n    securityContext:\n      allowPrivilegeEscalation: false\n      capabilities:\n        drop: [\"ALL\"]\n"
+        );
+        let out = apply(binary, &kc, &good);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(!stderr(&out).contains("Warning"), "{}", stderr(&out));
+        // warn alone: the pod is stored and the violation comes back as a warning.
+        let warned = format!("{ns}-warn");
+        ok(binary, &kc, &["create", "namespace", &warned]);
+        ok(
+            binary,
+            &kc,
+            &[
+                "label",
+                "namespace",
+                &warned,
+                "pod-security.kubernetes.io/warn=baseline",
+            ],
+        );
+        let out = apply(
+            binary,
+            &kc,
+            &privileged.replace(&format!("namespace: {ns}"), &format!("namespace: {warned}")),
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("Warning: would violate PodSecurity \"baseline:latest\": privileged (container \"c\" must not set securityContext.privileged=true)"),
+            "{}",
+            stderr(&out)
+        );
+    }
 }

@@ -14,6 +14,7 @@
 //! | [`limit_ranger`] | LimitRange defaults on new pods' containers; min, max and ratio of pods and claims |
 //! | [`service_account`] | a pod's account and its token volume |
 //! | [`node_restriction`] | what a node may write |
+//! | [`pod_security`] | the Pod Security Standards of the namespace's `pod-security.kubernetes.io/*` labels: enforce refuses pods, warn (and enforce, for workload templates) answers `Warning`s |
 //! | [`priority`] | a pod's priority from its PriorityClass; one global default class |
 //! | [`default_toleration_seconds`] | 300 s tolerations of not-ready and unreachable nodes |
 //! | [`rbac_escalation`] | no role or binding grants what its writer does not hold (kube-apiserver applies it in the RBAC kinds' storage, after admission) |
@@ -28,6 +29,7 @@ mod default_toleration_seconds;
 mod limit_ranger;
 mod node_restriction;
 pub(crate) mod pod_resources;
+mod pod_security;
 mod priority;
 mod rbac_escalation;
 pub(crate) mod resource_quota;
@@ -62,6 +64,7 @@ const PLUGINS: &[Plugin] = &[
     limit_ranger::admit,
     service_account::admit,
     node_restriction::admit,
+    pod_security::admit,
     priority::admit,
     default_toleration_seconds::admit,
     rbac_escalation::admit,
