@@ -58,6 +58,7 @@ pub(crate) mod output;
 pub(crate) mod ownership;
 pub(crate) mod patch;
 pub(crate) mod patch_format;
+pub(crate) mod policy_validation;
 pub(crate) mod protobuf;
 pub(crate) mod rbac_validation;
 pub(crate) mod read;

@@ -273,7 +273,16 @@ fn walk_types<'a>(
     if depth > 64 || out.len() >= 16 {
         return;
     }
+    let quantity = is_quantity(schema);
     let schema = resolve(doc, schema);
+    if quantity {
+        if let Value::String(text) = value {
+            if crate::controllers::scheduler::quantity::Quantity::parse(text).is_none() {
+                out.push(QUANTITY_FORMAT.to_string());
+            }
+            return;
+        }
+    }
     let Some(expected) = expected_type(schema) else {
         return;
     };
@@ -401,6 +410,19 @@ pub fn strict_decoding_message(kind: &str, version: &str, unknown: &[String]) ->
 }
 
 /// Follows `$ref` (directly or as the single `allOf` entry kube-style schemas use).
+/// apimachinery's refusal of a quantity it cannot parse (a 400: the body does not decode).
+const QUANTITY_FORMAT: &str =
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
+
+/// Whether `schema` (unresolved) refers to apimachinery's Quantity.
+fn is_quantity(schema: &Value) -> bool {
+    schema
+        .get("$ref")
+        .or_else(|| schema.get("allOf")?.get(0)?.get("$ref"))
+        .and_then(Value::as_str)
+        .is_some_and(|r| r.ends_with("pkg.api.resource.Quantity"))
+}
+
 fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
     let reference = schema
         .get("$ref")

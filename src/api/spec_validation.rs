@@ -2,7 +2,8 @@
 //! one cause per problem): containers (name, image, ports) of pods and pod templates, the
 //! controllers' selectors and their match with the template labels, service ports, and the
 //! fields an update may not change (a deployment's selector, a job's selector and template);
-//! the RBAC kinds' rules and references (`rbac_validation`).
+//! the RBAC kinds' rules and references (`rbac_validation`); PriorityClass, ResourceQuota and
+//! LimitRange (`policy_validation`).
 
 use serde_json::{Map, Value};
 
@@ -87,6 +88,9 @@ pub fn validate(
                 &mut causes,
             );
             cron_job_spec(name, old, object, &mut causes);
+        }
+        ("" | "scheduling.k8s.io", kind @ ("ResourceQuota" | "LimitRange" | "PriorityClass")) => {
+            causes.extend(super::policy_validation::causes(kind, old, object))
         }
         ("rbac.authorization.k8s.io", kind) => {
             causes.extend(super::rbac_validation::causes(kind, old, object))

@@ -1,4 +1,5 @@
-//! The objects every cluster has, kept by the leader: the four system namespaces and the
+//! The objects every cluster has, kept by the leader: the four system namespaces, the two
+//! system PriorityClasses (`system-node-critical`, `system-cluster-critical`) and the
 //! `default/kubernetes` Service with its Endpoints and EndpointSlice listing the API servers
 //! that are up to date (kube-apiserver's lease endpoint reconciler does the same). Idempotent:
 //! a missing object is created, one whose managed fields drifted (a new port, a member that
@@ -10,6 +11,7 @@ use std::net::IpAddr;
 
 use serde_json::{json, Map, Value};
 
+use crate::api::policy_validation::SYSTEM_PRIORITY_CLASSES;
 use crate::client::{Client, ClientError};
 use crate::kube::object::ObjectKey;
 use crate::kube::resources::{self, ResourceInfo};
@@ -33,7 +35,14 @@ pub fn present(store: &Store) -> bool {
             .get(&ObjectKey::new("services", "default", "kubernetes"))
             .is_some()
         && super::rbac_defaults::present(store)
+        && SYSTEM_PRIORITY_CLASSES.iter().all(|(name, _)| {
+            store
+                .get(&ObjectKey::new(PRIORITY_CLASSES, "", *name))
+                .is_some()
+        })
 }
+
+const PRIORITY_CLASSES: &str = "scheduling.k8s.io/priorityclasses";
 
 /// Why the bootstrap objects could not be ensured.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +64,17 @@ pub struct ApiServers {
 pub async fn ensure_all(client: &Client, servers: &ApiServers) -> Result<(), BootstrapError> {
     for ns in SYSTEM_NAMESPACES {
         ensure(client, kind("", "namespaces"), "", ns, namespace(ns), &[]).await?;
+    }
+    for (name, value) in SYSTEM_PRIORITY_CLASSES {
+        ensure(
+            client,
+            kind("scheduling.k8s.io", "priorityclasses"),
+            "",
+            name,
+            priority_class(name, value),
+            &[],
+        )
+        .await?;
     }
     let service_ip = servers.service_ip;
     ensure(
@@ -174,6 +194,23 @@ fn namespace(name: &str) -> Value {
     })
 }
 
+/// A system PriorityClass as kube-apiserver creates it.
+fn priority_class(name: &str, value: i64) -> Value {
+    let description = if name == "system-node-critical" {
+        "Used for system critical pods that must not be moved from their current node."
+    } else {
+        "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary."
+    };
+    json!({
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+        "description": description,
+        "preemptionPolicy": "PreemptLowerPriority",
+    })
+}
+
 fn family(ip: &IpAddr) -> &'static str {
     if ip.is_ipv4() {
         "IPv4"
@@ -268,7 +305,19 @@ mod tests {
         let client = apiserver_client(&ctx);
         ensure_all(&client, &servers(6443)).await.unwrap();
         let rv = ctx.store.resource_version();
-        assert_eq!(rv, 7);
+        // Four namespaces, two PriorityClasses, the Service, its Endpoints and EndpointSlice.
+        assert_eq!(rv, 9);
+        let critical = ctx
+            .store
+            .get(&ObjectKey::new(
+                "scheduling.k8s.io/priorityclasses",
+                "",
+                "system-node-critical",
+            ))
+            .unwrap()
+            .value();
+        assert_eq!(critical["value"], 2_000_001_000);
+        assert_eq!(critical["preemptionPolicy"], "PreemptLowerPriority");
         ensure_all(&client, &servers(6443)).await.unwrap();
         assert_eq!(
             ctx.store.resource_version(),

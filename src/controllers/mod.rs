@@ -23,7 +23,8 @@
 //!   [`garbage_collector`] (owner references and propagation policies), [`replicaset`]
 //!   (ReplicaSets and ReplicationControllers), [`deployment`]
 //!   (Deployments), [`statefulset`] (StatefulSets), [`daemonset`] (DaemonSets);
-//!   [`clusterrole_aggregation`] (aggregated ClusterRoles' rules); [`taints`]: taints and
+//!   [`clusterrole_aggregation`] (aggregated ClusterRoles' rules); [`resource_quota`]
+//!   (ResourceQuota status); [`taints`]: taints and
 //!   tolerations.
 //! - [`claim`]: adopting and releasing objects by selector and controller reference;
 //!   [`pod_control`]: pods from templates, with events and slow-start batches;
@@ -60,6 +61,7 @@ pub(crate) mod pod_gc;
 pub(crate) mod queue;
 pub(crate) mod rbac_defaults;
 pub(crate) mod replicaset;
+pub(crate) mod resource_quota;
 pub(crate) mod root_ca;
 pub(crate) mod runner;
 pub mod scheduler;

@@ -40,6 +40,7 @@ use super::node_lifecycle::NodeLifecycle;
 use super::pod_gc::PodGc;
 use super::queue::WorkQueue;
 use super::replicaset::{ReplicaSets, ReplicationControllers};
+use super::resource_quota::ResourceQuotas;
 use super::root_ca::RootCaPublisher;
 use super::service_account::ServiceAccounts;
 use super::service_account_token::TokenSecrets;
@@ -162,6 +163,7 @@ fn controller_manager(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<CronJobs>(builder),
         launch::<TtlAfterFinished>(builder),
         launch::<ClusterRoleAggregation>(builder),
+        launch::<ResourceQuotas>(builder),
     ]
 }
 

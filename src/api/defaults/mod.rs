@@ -26,6 +26,7 @@ pub fn apply(info: &ResourceInfo, object: &mut Value) {
         ("", "ReplicationController") => apps::replication_controller(object),
         ("", "PersistentVolume") => other::persistent_volume(object),
         ("", "PersistentVolumeClaim") => other::persistent_volume_claim(object),
+        ("", "LimitRange") => other::limit_range(object),
         ("apps", "Deployment") => apps::deployment(object),
         ("apps", "ReplicaSet") => apps::replica_set(object),
         ("apps", "DaemonSet") => apps::daemon_set(object),

@@ -41,6 +41,37 @@ pub fn priority_class(object: &mut Value) {
     default(object, "preemptionPolicy", json!("PreemptLowerPriority"));
 }
 
+/// A LimitRange's Container items: the default limit is the max, the default request the
+/// default limit, else the min, where the item leaves them out.
+pub fn limit_range(object: &mut Value) {
+    let Some(limits) = object
+        .pointer_mut("/spec/limits")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for item in limits {
+        if item.get("type").and_then(Value::as_str) != Some("Container") {
+            continue;
+        }
+        for (from, to) in [
+            ("max", "default"),
+            ("default", "defaultRequest"),
+            ("min", "defaultRequest"),
+        ] {
+            let Some(source) = item.get(from).and_then(Value::as_object).cloned() else {
+                continue;
+            };
+            let target = child(item, to);
+            for (resource, value) in source {
+                if target.get(&resource).is_none() {
+                    target[resource] = value;
+                }
+            }
+        }
+    }
+}
+
 /// Ports default to TCP; policyTypes is Ingress, plus Egress when egress rules exist.
 pub fn network_policy(object: &mut Value) {
     let spec = child(object, "spec");

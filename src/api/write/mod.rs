@@ -6,7 +6,9 @@
 //!    current object; a Scale's replicas; DeleteOptions);
 //! 2. **checks of the object against the request**: type, namespace, name, value types,
 //!    `fieldValidation` (`validation`, `options`);
-//! 3. **admission** ([`admission::admit`]): where admission plugins change or refuse a write;
+//! 3. **admission** ([`admission::admit`]): where admission plugins change or refuse a write
+//!    (the ResourceQuota plugin, [`admission::charge_quota`], runs after stage 5, on the object
+//!    as it will be stored);
 //! 4. **metadata the server owns** (`meta`): uid, timestamps, generation, what an update may
 //!    not change; before the defaults, since they and the kind's validation read it;
 //! 5. **the kind's preparation** (`kind_rules::prepare`): defaults, status rules, the kind's

@@ -127,6 +127,7 @@ async fn create_from(
             object: &mut object,
         },
     )?;
+    admission::charge_quota(req, None, &object, dry_run).await?;
     let now = meta::now_rfc3339();
     let attempts = if given.is_empty() {
         GENERATE_ATTEMPTS

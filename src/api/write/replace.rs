@@ -71,6 +71,7 @@ pub(super) async fn replace(
     if meta::same_but_rv(&old, &new) {
         return Ok(Written::Stored(current.clone()));
     }
+    admission::charge_quota(req, Some(&old), &new, dry_run).await?;
     if dry_run {
         new["metadata"]["resourceVersion"] = Value::String(current.resource_version.to_string());
         return Ok(Written::DryRun(new));

@@ -1,6 +1,8 @@
 //! Kubernetes resource quantities (`500m`, `1.5Gi`, `2e3`, `100k`) read as the integers the
 //! scheduler compares: millicores for `cpu` and whole units, rounded up, for everything else, as
-//! apimachinery's `Quantity.MilliValue()` and `Quantity.Value()` do.
+//! apimachinery's `Quantity.MilliValue()` and `Quantity.Value()` do; and sums of them written
+//! back in apimachinery's canonical form ([`canonical`]: `1500m`, `2k`, `256Mi`), as quota
+//! usage and admission messages show them.
 
 /// A parsed quantity: `mantissa × 10^decimal × 2^binary` (one of the exponents is zero).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +122,55 @@ impl Quantity {
     }
 }
 
+impl Quantity {
+    /// Whether the quantity was written with a binary suffix (`Ki` … `Ei`): a sum keeps the
+    /// format of what it adds up, as apimachinery's `Add` keeps the first operand's.
+    pub fn is_binary(&self) -> bool {
+        self.binary > 0
+    }
+}
+
+/// `milli` thousandths in apimachinery's canonical form: the largest binary suffix that
+/// leaves a whole number when `binary` (else, or when none does, decimal), otherwise the
+/// largest decimal suffix (`m`, none, `k` … `E`) that does.
+pub fn canonical(milli: i64, binary: bool) -> String {
+    let negative = milli < 0;
+    let sign = if negative { "-" } else { "" };
+    let milli = i128::from(milli).abs();
+    if milli % 1000 != 0 {
+        return format!("{sign}{milli}m");
+    }
+    let mut value = milli / 1000;
+    if value == 0 {
+        return "0".into();
+    }
+    if binary {
+        const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+        let mut shifted = value;
+        let mut used = None;
+        for suffix in SUFFIXES {
+            if shifted % 1024 != 0 {
+                break;
+            }
+            shifted /= 1024;
+            used = Some(suffix);
+        }
+        if let Some(suffix) = used {
+            return format!("{sign}{shifted}{suffix}");
+        }
+    }
+    const SUFFIXES: [&str; 6] = ["k", "M", "G", "T", "P", "E"];
+    let mut used = "";
+    for suffix in SUFFIXES {
+        if value % 1000 != 0 {
+            break;
+        }
+        value /= 1000;
+        used = suffix;
+    }
+    format!("{sign}{value}{used}")
+}
+
 /// `resource`'s quantity as the scheduler counts it: millicores for cpu, units otherwise.
 /// An unreadable quantity counts as zero (kube-apiserver never stores one).
 pub fn amount(resource: &str, text: &str) -> i64 {
@@ -133,6 +184,25 @@ pub fn amount(resource: &str, text: &str) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sums_are_written_in_canonical_form() {
+        for (milli, binary, text) in [
+            (500, false, "500m"),
+            (1500, false, "1500m"),
+            (2000, false, "2"),
+            (2_000_000, false, "2k"),
+            (0, true, "0"),
+            (268_435_456_000, true, "256Mi"),
+            (1_536_000, true, "1536"),
+            (1_500_000_000_000, false, "1500M"),
+            (-3000, false, "-3"),
+        ] {
+            assert_eq!(canonical(milli, binary), text, "{milli} {binary}");
+        }
+        assert!(Quantity::parse("1Gi").unwrap().is_binary());
+        assert!(!Quantity::parse("1G").unwrap().is_binary());
+    }
 
     #[test]
     fn quantities_read_as_apimachinery_reads_them() {

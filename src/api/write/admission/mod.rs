@@ -4,17 +4,35 @@
 //! decoding and storage. A plugin sees the request (user, resource, subresource, namespace, dry
 //! run) and the operation; it may change the object or refuse the write.
 //!
-//! Plugins, in kube-apiserver's order: [`service_account`] (a pod's account and its token
-//! volume), [`node_restriction`] (what a node may write),
-//! [`default_toleration_seconds`]; then RBAC's escalation
-//! prevention ([`rbac_escalation`]), which kube-apiserver applies in the RBAC kinds' storage
-//! after admission. Namespace lifecycle, an
-//! admission plugin in kube-apiserver, is part of the create path here (`new_object`), because
-//! whether a create waits for the read barrier depends on it.
+//! A plugin is a function of the request and the operation; the request's context gives it
+//! read access to the local store (a namespace's LimitRanges, the PriorityClasses), which is
+//! all the synchronous plugins need. Plugins, in kube-apiserver's order:
+//!
+//! | plugin | what it does |
+//! |---|---|
+//! | NamespaceLifecycle | part of the create path (`new_object`), since whether a create waits for the read barrier depends on it |
+//! | [`limit_ranger`] | LimitRange defaults on new pods' containers; min, max and ratio of pods and claims |
+//! | [`service_account`] | a pod's account and its token volume |
+//! | [`node_restriction`] | what a node may write |
+//! | [`pod_security`] | the Pod Security Standards of the namespace's `pod-security.kubernetes.io/*` labels: enforce refuses pods, warn (and enforce, for workload templates) answers `Warning`s |
+//! | [`priority`] | a pod's priority from its PriorityClass; one global default class |
+//! | [`default_toleration_seconds`] | 300 s tolerations of not-ready and unreachable nodes |
+//! | [`rbac_escalation`] | no role or binding grants what its writer does not hold (kube-apiserver applies it in the RBAC kinds' storage, after admission) |
+//! | [`resource_quota`] | usage recorded in the namespace's quotas, or the write refused |
+//!
+//! The quota plugin is not in [`PLUGINS`]: it writes (the quotas' status) and so is async,
+//! and it must see the object as it will be stored, so the write step calls
+//! [`charge_quota`] after the kind's defaults and validation, as upstream's validating
+//! admission runs after mutation.
 
 mod default_toleration_seconds;
+mod limit_ranger;
 mod node_restriction;
+pub(crate) mod pod_resources;
+mod pod_security;
+mod priority;
 mod rbac_escalation;
+pub(crate) mod resource_quota;
 mod service_account;
 
 use serde_json::Value;
@@ -43,11 +61,16 @@ pub type Plugin = fn(&ApiRequest, &mut Operation<'_>) -> Result<(), ApiError>;
 
 /// The plugins every write passes, in order.
 const PLUGINS: &[Plugin] = &[
+    limit_ranger::admit,
     service_account::admit,
     node_restriction::admit,
+    pod_security::admit,
+    priority::admit,
     default_toleration_seconds::admit,
     rbac_escalation::admit,
 ];
+
+pub use self::resource_quota::charge as charge_quota;
 
 /// Passes `operation` of `req` through every plugin.
 pub fn admit(req: &ApiRequest, mut operation: Operation<'_>) -> Result<(), ApiError> {
