@@ -1,9 +1,9 @@
-//! `kubectl logs` and `kubectl exec` through the agent's tunnel, across servers: a cluster of
-//! three servers A, B and C, the agent `n1` connected to B (its tunnel and the Node's
-//! annotation say so), kubectl 1.27 and 1.33 pointed at C, so every stream is relayed C → B
-//! → agent. Real pods (runc, conmon, CNI, the busybox test image imported), as in
-//! tests/agent_pods.rs, whose requirements apply (root, runc, conmon, CNI plugins,
-//! busybox-static; `LITEK8S_SKIP_CONTAINERS=1` skips when they are missing).
+//! `kubectl logs` and `kubectl exec` (with and without a terminal) through the agent's
+//! tunnel, across servers: a cluster of three servers A, B and C, the agent `n1` connected to
+//! B (its tunnel and the Node's annotation say so), kubectl 1.27 and 1.33 pointed at C, so
+//! every stream is relayed C → B → agent. Real pods (runc, conmon, CNI, the busybox test
+//! image imported), as in tests/agent_pods.rs, whose requirements apply (root, runc, conmon,
+//! CNI plugins, busybox-static; `LITEK8S_SKIP_CONTAINERS=1` skips when they are missing).
 //!
 //! Also: a pod of a node that is not connected anywhere answers 503 naming the node, a user
 //! without `pods/log` or `pods/exec` gets 403, and bad input (exec into a container that
@@ -511,6 +511,37 @@ fn logs_and_exec_through_another_server() {
         );
     }
 
+    // exec -it under a terminal (`script` gives kubectl one): the size kubectl starts with
+    // and a resize while it runs reach `stty size` inside, typed input reaches the command,
+    // and the exit code comes back.
+    for k in KUBECTLS {
+        let out = exec_in_terminal(
+            k,
+            kc,
+            "sleep 2; stty size; read x; echo got:$x; sleep 3; stty size; exit 3",
+            b"abc\n",
+        );
+        let screen = text(&out);
+        assert_eq!(out.status.code(), Some(3), "{k}: {}", explain(&out));
+        let lines: Vec<&str> = screen.lines().map(str::trim_end).collect();
+        let at = |needle: &str| lines.iter().position(|l| *l == needle);
+        assert!(
+            at("37 91").is_some()
+                && at("got:abc").is_some()
+                && at("50 120").is_some()
+                && at("37 91") < at("got:abc")
+                && at("got:abc") < at("50 120"),
+            "{k}: {}",
+            explain(&out)
+        );
+        // A terminal ends lines with CR LF.
+        assert!(screen.contains("got:abc\r\n"), "{k}: {screen:?}");
+        assert!(
+            screen.contains("command terminated with exit code 3"),
+            "{k}: {screen:?}"
+        );
+    }
+
     // kubectl 1.33 speaks WebSocket and falls back to SPDY when that fails: check that it
     // had no need to.
     let out = kubectl(
@@ -567,6 +598,35 @@ fn logs_and_exec_through_another_server() {
     let out = kubectl(KUBECTLS[1], kc, &["exec", "fixed", "--", "echo", "still"]);
     assert_eq!(text(&out), "still\n", "{}", explain(&out));
     let _ = std::io::stdout().flush();
+}
+
+/// `kubectl exec -it fixed -- sh -c SCRIPT` in a terminal of 91x37 columns and rows made by
+/// `script`, resized to 120x50 3.5 s in; `input` is typed 2.5 s in. What the terminal
+/// showed is the output's stdout; its status is kubectl's.
+fn exec_in_terminal(binary: &str, kubeconfig: &Path, script: &str, input: &[u8]) -> Output {
+    let inner = format!(
+        "stty cols 91 rows 37; (sleep 3.5; stty cols 120 rows 50 </dev/tty) & {binary} --kubeconfig '{}' exec -it fixed -- sh -c '{script}'",
+        kubeconfig.display()
+    );
+    let mut child = Command::new("timeout")
+        .args(["60", "script", "-qec", &inner, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    // Kept open until kubectl ends: script hangs up its terminal when its input ends.
+    let typist = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(2500));
+        let _ = stdin.write_all(&input);
+        std::thread::sleep(Duration::from_secs(60));
+        drop(stdin);
+    });
+    let out = child.wait_with_output().expect("script output");
+    drop(typist);
+    out
 }
 
 /// kubectl with `input` on its stdin.

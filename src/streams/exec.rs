@@ -6,7 +6,9 @@
 //! running or a refused command is a plain HTTP error kubectl prints. The session then
 //! runs between the upgraded connection (`websocket`, `spdy`) and the tunnel's frames.
 //!
-//! A terminal (`tty=true`) is not allocated yet: the command runs with pipes.
+//! With `tty=true` kubectl asks for no stderr and sends terminal sizes (WebSocket channel 4,
+//! SPDY's `resize` stream); they travel as resize frames and the agent gives the command a
+//! terminal of that size.
 
 use std::sync::Arc;
 
