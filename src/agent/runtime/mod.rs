@@ -16,10 +16,12 @@
 //! - `command`: `start`, `kill`, `delete`, `state` on the runtime's command line.
 //! - `exec`: a command run in a running container ([`Runtime::exec`]), for probes and hooks,
 //!   or attached to `kubectl exec` ([`Runtime::exec_attached`]), with a terminal from `pty`.
+//! - `attach`: a client of conmon's attach socket, for `kubectl attach` ([`Runtime::attach`]).
 //! - `container`: the record on disk and the state derived from it.
 //! - `layout`: where all of it lives; `logs`: reading the CRI log files.
 //! - `pleg`: the 1 s relist that turns state changes into per-pod events.
 
+pub(crate) mod attach;
 mod command;
 mod conmon;
 mod container;
@@ -222,6 +224,9 @@ impl Runtime {
             bundle: &dir,
             log_path: &log_path,
             socket_dir: &self.layout.socket_dir(),
+            stdin: cfg.stdin,
+            stdin_once: cfg.stdin_once,
+            tty: cfg.tty,
             timeout: self.create_timeout,
         };
         match launch.run().await {

@@ -78,29 +78,11 @@ pub async fn serve(
             stdin: flag("stdin"),
         }
     };
-    let running = deps
-        .runtime
-        .list()
-        .into_iter()
-        .filter(|c| {
-            c.pod.uid == pod.uid && c.name == container && c.state == ContainerState::Running
-        })
-        .max_by_key(|c| c.restart_count);
-    let Some(running) = running else {
-        return status(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            &format!(
-                "container {container:?} in pod {:?} is not running",
-                pod.name
-            ),
-        );
+    let id = match running_container(deps, pod, container) {
+        Ok(id) => id,
+        Err(answer) => return answer,
     };
-    let mut exec = match deps
-        .runtime
-        .exec_attached(&running.id, &argv, streams)
-        .await
-    {
+    let mut exec = match deps.runtime.exec_attached(&id, &argv, streams).await {
         Ok(exec) => exec,
         Err(e) => {
             return status(
@@ -142,6 +124,33 @@ pub async fn serve(
             .await;
     });
     Response::new(channel_body(rx))
+}
+
+/// The id of the current instance of `container` in `pod` if it runs, else the answer.
+pub(super) fn running_container(
+    deps: &StreamsDeps,
+    pod: &PodRef,
+    container: &str,
+) -> Result<String, Response<ApiBody>> {
+    let running = deps
+        .runtime
+        .list()
+        .into_iter()
+        .filter(|c| {
+            c.pod.uid == pod.uid && c.name == container && c.state == ContainerState::Running
+        })
+        .max_by_key(|c| c.restart_count);
+    let Some(running) = running else {
+        return Err(status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &format!(
+                "container {container:?} in pod {:?} is not running",
+                pod.name
+            ),
+        ));
+    };
+    Ok(running.id)
 }
 
 /// Where the session's stdin and resize frames go.
@@ -202,7 +211,7 @@ impl Input {
 }
 
 /// kubectl's `TerminalSize` JSON: `{"Width":80,"Height":24}`.
-fn parse_size(json: &[u8]) -> Option<(u16, u16)> {
+pub(super) fn parse_size(json: &[u8]) -> Option<(u16, u16)> {
     let v: serde_json::Value = serde_json::from_slice(json).ok()?;
     let dim = |k: &str| v.get(k)?.as_u64().and_then(|n| u16::try_from(n).ok());
     Some((dim("Width")?, dim("Height")?))
