@@ -1,7 +1,7 @@
-//! `kubectl logs` and `kubectl exec` (with and without a terminal) through the agent's
-//! tunnel, across servers: a cluster of three servers A, B and C, the agent `n1` connected to
-//! B (its tunnel and the Node's annotation say so), kubectl 1.27 and 1.33 pointed at C, so
-//! every stream is relayed C → B → agent. Real pods (runc, conmon, CNI, the busybox test
+//! `kubectl logs`, `kubectl exec` (with and without a terminal), `kubectl attach` and
+//! `kubectl run -i --rm` through the agent's tunnel, across servers: a cluster of three
+//! servers A, B and C, the agent `n1` connected to B (its tunnel and the Node's annotation
+//! say so), kubectl 1.27 and 1.33 pointed at C, so every stream is relayed C → B → agent. Real pods (runc, conmon, CNI, the busybox test
 //! image imported), as in tests/agent_pods.rs, whose requirements apply (root, runc, conmon,
 //! CNI plugins, busybox-static; `LITEK8S_SKIP_CONTAINERS=1` skips when they are missing).
 //!

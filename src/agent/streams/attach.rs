@@ -33,7 +33,7 @@ pub async fn serve(
 ) -> Response<ApiBody> {
     let id = match running_container(deps, pod, container) {
         Ok(id) => id,
-        Err(answer) => return answer,
+        Err(why) => return status(StatusCode::BAD_REQUEST, "BadRequest", &why),
     };
     let attached = match deps.runtime.attach(&id) {
         Ok(a) => Arc::new(a),

@@ -80,7 +80,7 @@ pub async fn serve(
     };
     let id = match running_container(deps, pod, container) {
         Ok(id) => id,
-        Err(answer) => return answer,
+        Err(why) => return status(StatusCode::BAD_REQUEST, "BadRequest", &why),
     };
     let mut exec = match deps.runtime.exec_attached(&id, &argv, streams).await {
         Ok(exec) => exec,
@@ -126,12 +126,13 @@ pub async fn serve(
     Response::new(channel_body(rx))
 }
 
-/// The id of the current instance of `container` in `pod` if it runs, else the answer.
+/// The id of the current instance of `container` in `pod` if it runs, else the 400 answer's
+/// message.
 pub(super) fn running_container(
     deps: &StreamsDeps,
     pod: &PodRef,
     container: &str,
-) -> Result<String, Response<ApiBody>> {
+) -> Result<String, String> {
     let running = deps
         .runtime
         .list()
@@ -141,13 +142,9 @@ pub(super) fn running_container(
         })
         .max_by_key(|c| c.restart_count);
     let Some(running) = running else {
-        return Err(status(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            &format!(
-                "container {container:?} in pod {:?} is not running",
-                pod.name
-            ),
+        return Err(format!(
+            "container {container:?} in pod {:?} is not running",
+            pod.name
         ));
     };
     Ok(running.id)
