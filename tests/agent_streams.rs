@@ -1,9 +1,9 @@
-//! `kubectl logs` and `kubectl exec` through the agent's tunnel, across servers: a cluster of
-//! three servers A, B and C, the agent `n1` connected to B (its tunnel and the Node's
-//! annotation say so), kubectl 1.27 and 1.33 pointed at C, so every stream is relayed C → B
-//! → agent. Real pods (runc, conmon, CNI, the busybox test image imported), as in
-//! tests/agent_pods.rs, whose requirements apply (root, runc, conmon, CNI plugins,
-//! busybox-static; `LITEK8S_SKIP_CONTAINERS=1` skips when they are missing).
+//! `kubectl logs`, `kubectl exec` (with and without a terminal), `kubectl attach` and
+//! `kubectl run -i --rm` through the agent's tunnel, across servers: a cluster of three
+//! servers A, B and C, the agent `n1` connected to B (its tunnel and the Node's annotation
+//! say so), kubectl 1.27 and 1.33 pointed at C, so every stream is relayed C → B → agent. Real pods (runc, conmon, CNI, the busybox test
+//! image imported), as in tests/agent_pods.rs, whose requirements apply (root, runc, conmon,
+//! CNI plugins, busybox-static; `LITEK8S_SKIP_CONTAINERS=1` skips when they are missing).
 //!
 //! Also: a pod of a node that is not connected anywhere answers 503 naming the node, a user
 //! without `pods/log` or `pods/exec` gets 403, and bad input (exec into a container that
@@ -335,6 +335,34 @@ fn logs_and_exec_through_another_server() {
             let resp = c.post_json(path, &body).await.expect("POST");
             assert_eq!(resp.status, 201, "{}", resp.text());
         }
+        // Containers to attach to, one per kubectl: a shell on a terminal, and a reader of
+        // stdin (closed when the attached client's input ends: stdinOnce).
+        for i in 0..KUBECTLS.len() {
+            let attachable = |name: &str, command: &[&str], tty: bool| {
+                pod(
+                    name,
+                    command,
+                    json!({
+                        "nodeName": "n1",
+                        "restartPolicy": "Never",
+                        "containers": [{
+                            "name": "c", "image": IMAGE, "command": command,
+                            "stdin": true, "stdinOnce": !tty, "tty": tty,
+                        }],
+                    }),
+                )
+            };
+            create(&c, &attachable(&format!("term{i}"), &["sh"], true)).await;
+            create(
+                &c,
+                &attachable(
+                    &format!("reader{i}"),
+                    &["sh", "-c", "while read l; do echo \"got $l\"; done; echo closed >&2"],
+                    false,
+                ),
+            )
+            .await;
+        }
         // A pod bound to a node that never connected.
         create(
             &c,
@@ -343,6 +371,10 @@ fn logs_and_exec_through_another_server() {
         .await;
         wait_pod(&c, &setup.agent, "fixed", running).await;
         wait_pod(&c, &setup.agent, "ticker", running).await;
+        for i in 0..KUBECTLS.len() {
+            wait_pod(&c, &setup.agent, &format!("term{i}"), running).await;
+            wait_pod(&c, &setup.agent, &format!("reader{i}"), running).await;
+        }
     });
     // The lines are written at once; give conmon a moment to flush them.
     std::thread::sleep(Duration::from_millis(500));
@@ -511,6 +543,105 @@ fn logs_and_exec_through_another_server() {
         );
     }
 
+    // exec -it under a terminal (`script` gives kubectl one): the size kubectl starts with
+    // and a resize while it runs reach `stty size` inside, typed input reaches the command,
+    // and the exit code comes back.
+    for k in KUBECTLS {
+        let out = exec_in_terminal(
+            k,
+            kc,
+            "sleep 2; stty size; read x; echo got:$x; sleep 3; stty size; exit 3",
+            b"abc\n",
+        );
+        let screen = text(&out);
+        assert_eq!(out.status.code(), Some(3), "{k}: {}", explain(&out));
+        let lines: Vec<&str> = screen.lines().map(str::trim_end).collect();
+        let at = |needle: &str| lines.iter().position(|l| *l == needle);
+        assert!(
+            at("37 91").is_some()
+                && at("got:abc").is_some()
+                && at("50 120").is_some()
+                && at("37 91") < at("got:abc")
+                && at("got:abc") < at("50 120"),
+            "{k}: {}",
+            explain(&out)
+        );
+        // A terminal ends lines with CR LF.
+        assert!(screen.contains("got:abc\r\n"), "{k}: {screen:?}");
+        assert!(
+            screen.contains("command terminated with exit code 3"),
+            "{k}: {screen:?}"
+        );
+    }
+
+    // attach: to a shell on a terminal (typed input, its output, its exit ends the session)
+    // and to a reader of stdin without one (stdout and stderr apart; the end of kubectl's
+    // input closes the container's stdin).
+    for (i, k) in KUBECTLS.iter().enumerate() {
+        let out = in_terminal(
+            &format!("{k} --kubeconfig '{}' attach -it term{i}", kc.display()),
+            b"echo attached-$((40+2)); stty size; exit 5\n",
+        );
+        let screen = text(&out);
+        assert!(
+            screen.contains("attached-42\r\n") && screen.contains("37 91\r\n"),
+            "{k}: {}\npod: {}\nagent log:\n{}",
+            explain(&out),
+            text(&kubectl(
+                k,
+                kc,
+                &["get", "pod", &format!("term{i}"), "-o", "json"]
+            )),
+            setup.agent.logs()
+        );
+        let out = kubectl_stdin(k, kc, &["attach", "-i", &format!("reader{i}")], b"a\nb\n");
+        assert!(out.status.success(), "{k}: {}", explain(&out));
+        assert_eq!(text(&out), "got a\ngot b\n", "{k}: {}", explain(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("closed"),
+            "{k}: {}",
+            explain(&out)
+        );
+    }
+    // `kubectl run -i --rm`: the pod is made, attached to once it runs, and deleted.
+    for (i, k) in KUBECTLS.iter().enumerate() {
+        let name = format!("once{i}");
+        let out = kubectl_stdin(
+            k,
+            kc,
+            &[
+                "run",
+                &name,
+                &format!("--image={IMAGE}"),
+                "--restart=Never",
+                "-i",
+                "--rm",
+                "--overrides={\"spec\":{\"nodeName\":\"n1\"}}",
+                "--",
+                "sh",
+                "-c",
+                "read x; echo got:$x",
+            ],
+            b"hello\n",
+        );
+        assert!(out.status.success(), "{k}: {}", explain(&out));
+        assert!(text(&out).contains("got:hello"), "{k}: {}", explain(&out));
+        let gone = kubectl(k, kc, &["get", "pod", &name]);
+        assert!(!gone.status.success(), "{k}: {name} was not deleted");
+    }
+    rt.block_on(async {
+        for i in 0..KUBECTLS.len() {
+            let p = wait_pod(&c, &setup.agent, &format!("term{i}"), |p| {
+                p["status"]["containerStatuses"][0]["state"]["terminated"].is_object()
+            })
+            .await;
+            assert_eq!(
+                p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 5,
+                "the shell's exit ended term{i}"
+            );
+        }
+    });
+
     // kubectl 1.33 speaks WebSocket and falls back to SPDY when that fails: check that it
     // had no need to.
     let out = kubectl(
@@ -567,6 +698,44 @@ fn logs_and_exec_through_another_server() {
     let out = kubectl(KUBECTLS[1], kc, &["exec", "fixed", "--", "echo", "still"]);
     assert_eq!(text(&out), "still\n", "{}", explain(&out));
     let _ = std::io::stdout().flush();
+}
+
+/// `kubectl exec -it fixed -- sh -c SCRIPT` in a terminal (see [`in_terminal`]).
+fn exec_in_terminal(binary: &str, kubeconfig: &Path, script: &str, input: &[u8]) -> Output {
+    in_terminal(
+        &format!(
+            "{binary} --kubeconfig '{}' exec -it fixed -- sh -c '{script}'",
+            kubeconfig.display()
+        ),
+        input,
+    )
+}
+
+/// `command` (shell text) in a terminal of 91x37 columns and rows made by `script`,
+/// resized to 120x50 3.5 s in; `input` is typed 2.5 s in. What the terminal showed is the
+/// output's stdout; its status is the command's.
+fn in_terminal(command: &str, input: &[u8]) -> Output {
+    let inner =
+        format!("stty cols 91 rows 37; (sleep 3.5; stty cols 120 rows 50 </dev/tty) & {command}");
+    let mut child = Command::new("timeout")
+        .args(["60", "script", "-qec", &inner, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    // Kept open until kubectl ends: script hangs up its terminal when its input ends.
+    let typist = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(2500));
+        let _ = stdin.write_all(&input);
+        std::thread::sleep(Duration::from_secs(60));
+        drop(stdin);
+    });
+    let out = child.wait_with_output().expect("script output");
+    drop(typist);
+    out
 }
 
 /// kubectl with `input` on its stdin.

@@ -65,9 +65,10 @@ where
         if let Decision::Deny(reason) = ctx.authorizer.authorize(&user, &info) {
             return ApiError::denied(&user.name, &info, &reason).into_response();
         }
-        // A WebSocket exec is a GET, but it runs a command as a POST does: it needs `create`
-        // as well, as kube-apiserver asks, so `get pods/exec` alone never runs anything.
-        if info.verb == "get" && info.subresource == "exec" {
+        // A WebSocket exec or attach is a GET, but it runs a command (or types into one) as a
+        // POST does: it needs `create` as well, as kube-apiserver asks, so `get pods/exec`
+        // alone never runs anything.
+        if info.verb == "get" && matches!(info.subresource.as_str(), "exec" | "attach") {
             info.verb = "create".into();
             if let Decision::Deny(reason) = ctx.authorizer.authorize(&user, &info) {
                 return ApiError::denied(&user.name, &info, &reason).into_response();

@@ -1,4 +1,5 @@
-//! `pods/exec`: the protocol kubectl asks for is chosen first (WebSocket `v5.channel.k8s.io`
+//! `pods/exec` and `pods/attach` (the same session, to a new command or to the container's
+//! own process): the protocol kubectl asks for is chosen first (WebSocket `v5.channel.k8s.io`
 //! or `v4.channel.k8s.io` for kubectl ≥ 1.30; SPDY/3.1 with `v4.channel.k8s.io` for older
 //! ones), then the request goes to the node: relayed as it is to the server holding the
 //! node's tunnel, or, here, started on the agent. Only once the agent answered that the
@@ -6,7 +7,9 @@
 //! running or a refused command is a plain HTTP error kubectl prints. The session then
 //! runs between the upgraded connection (`websocket`, `spdy`) and the tunnel's frames.
 //!
-//! A terminal (`tty=true`) is not allocated yet: the command runs with pipes.
+//! With `tty=true` kubectl asks for no stderr and sends terminal sizes (WebSocket channel 4,
+//! SPDY's `resize` stream); they travel as resize frames and the agent gives the command a
+//! terminal of that size.
 
 use std::sync::Arc;
 
@@ -87,6 +90,13 @@ pub fn negotiate(headers: &HeaderMap) -> Result<Protocol, ApiError> {
     Err(ApiError::BadRequest("Upgrade request required".into()))
 }
 
+/// Which session a request asks for: a new command, or the container's own process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Session {
+    Exec,
+    Attach,
+}
+
 /// What the command asks for.
 struct Options {
     stdin: bool,
@@ -96,6 +106,7 @@ struct Options {
 
 pub async fn serve<B: Send + 'static>(
     ctx: &Arc<ApiContext>,
+    session: Session,
     ns: &str,
     name: &str,
     mut req: Request<B>,
@@ -116,7 +127,7 @@ pub async fn serve<B: Send + 'static>(
         stdout: flag("stdout"),
         stderr: flag("stderr"),
     };
-    if !pairs.iter().any(|(k, _)| k == "command") {
+    if session == Session::Exec && !pairs.iter().any(|(k, _)| k == "command") {
         return Err(ApiError::BadRequest(
             "you must specify at least one command for the container".into(),
         ));
@@ -145,7 +156,13 @@ pub async fn serve<B: Send + 'static>(
     let (to_agent, rx) = mpsc::channel::<Bytes>(16);
     let request = tunnel_request(
         Method::POST,
-        &format!("/exec/{ns}/{name}?{query}"),
+        &format!(
+            "/{}/{ns}/{name}?{query}",
+            match session {
+                Session::Exec => "exec",
+                Session::Attach => "attach",
+            }
+        ),
         &target,
         channel_body(rx),
     )?;
@@ -161,7 +178,7 @@ pub async fn serve<B: Send + 'static>(
     }
     let from_agent = answer.into_body();
     let upgrade = hyper::upgrade::on(&mut req);
-    let session = protocol.clone();
+    let upgraded = protocol.clone();
     let (want_stdin, want_stdout, want_stderr) = (opts.stdin, opts.stdout, opts.stderr);
     tokio::spawn(async move {
         let io = match upgrade.await {
@@ -171,7 +188,7 @@ pub async fn serve<B: Send + 'static>(
                 return;
             }
         };
-        match session {
+        match upgraded {
             Protocol::WebSocket { version, .. } => {
                 websocket::run(io, version == WEBSOCKET_PROTOCOLS[0], to_agent, from_agent).await
             }

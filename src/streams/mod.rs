@@ -1,4 +1,4 @@
-//! Streams to a node's agent: `pods/log` and `pods/exec`, served by whichever server kubectl
+//! Streams to a node's agent: `pods/log`, `pods/exec` and `pods/attach`, served by whichever server kubectl
 //! reaches, carried to the agent of the pod's node.
 //!
 //! - `tunnel`: the agent's one long-lived connection to its server. The agent dials the
@@ -15,7 +15,7 @@
 //!   nowhere (503 naming the node). A relay passes kubectl's request through untouched,
 //!   protocol upgrades included, so the relaying server decodes nothing.
 //! - `logs`: `pods/log` (options checked here, the files read by the agent).
-//! - `exec`: `pods/exec` over WebSocket (`websocket`: `v5.channel.k8s.io`,
+//! - `exec`: `pods/exec` and `pods/attach` over WebSocket (`websocket`: `v5.channel.k8s.io`,
 //!   `v4.channel.k8s.io`) or SPDY/3.1 (`spdy`), turned into the tunnel's frames (`frame`).
 //!
 //! Every request is authorized by `api::router` before it gets here (`get pods/log`, `create`
@@ -68,7 +68,7 @@ fn target(path: &str) -> Option<(&str, &str, &str)> {
     if pods != "pods" || parts.next().is_some() || ns.is_empty() || pod.is_empty() {
         return None;
     }
-    matches!(sub, "log" | "exec").then_some((ns, pod, sub))
+    matches!(sub, "log" | "exec" | "attach").then_some((ns, pod, sub))
 }
 
 /// Serves a stream request of `user` (already authorized).
@@ -82,7 +82,8 @@ where
     };
     let result = match sub {
         "log" => logs::serve(&ctx, ns, pod, req, &user).await,
-        _ => exec::serve(&ctx, ns, pod, req, &user).await,
+        "attach" => exec::serve(&ctx, exec::Session::Attach, ns, pod, req, &user).await,
+        _ => exec::serve(&ctx, exec::Session::Exec, ns, pod, req, &user).await,
     };
     result.unwrap_or_else(|e| e.into_response())
 }
@@ -230,6 +231,7 @@ mod tests {
             Some(("default", "web", "log"))
         );
         assert!(owns("/api/v1/namespaces/d/pods/w/exec"));
+        assert!(owns("/api/v1/namespaces/d/pods/w/attach"));
         assert!(!owns("/api/v1/namespaces/d/pods/w/status"));
         assert!(!owns("/api/v1/namespaces/d/pods/w/log/x"));
         assert!(!owns("/api/v1/namespaces/d/services/w/log"));

@@ -140,6 +140,9 @@ pub fn build(inputs: Inputs<'_>) -> Result<ContainerConfig, ConfigError> {
     cfg.read_only_rootfs = sc.read_only_root_filesystem == Some(true);
     cfg.no_new_privileges = sc.allow_privilege_escalation == Some(false);
     cfg.mounts = mounts;
+    cfg.stdin = c.stdin;
+    cfg.stdin_once = c.stdin_once;
+    cfg.tty = c.tty;
     cfg.termination_message_path = c.termination_message_path();
     cfg.resources = resources(c).map_err(config_error)?;
     cfg.oom_score_adj = Some(oom_score_adj(pod, c, memory_capacity));

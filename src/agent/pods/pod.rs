@@ -164,6 +164,12 @@ pub struct ContainerSpec {
     pub lifecycle: Option<Lifecycle>,
     pub readiness_probe: Option<Value>,
     pub startup_probe: Option<Value>,
+    /// Whether the container's stdin stays open for `kubectl attach`.
+    pub stdin: bool,
+    /// Whether stdin closes when the first attached client goes.
+    pub stdin_once: bool,
+    /// Whether the container runs with a terminal.
+    pub tty: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

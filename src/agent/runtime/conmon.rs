@@ -50,6 +50,12 @@ pub struct Launch<'a> {
     pub bundle: &'a Path,
     pub log_path: &'a Path,
     pub socket_dir: &'a Path,
+    /// A pipe to the container's stdin for attach, kept open after an attached client
+    /// leaves unless `stdin_once`.
+    pub stdin: bool,
+    pub stdin_once: bool,
+    /// A terminal: the spec asks for one and conmon takes its master from the runtime.
+    pub tty: bool,
     /// How long `runtime create` may take.
     pub timeout: Duration,
 }
@@ -94,6 +100,15 @@ impl Launch<'_> {
         }
         if self.no_new_keyring {
             args.push("--no-new-keyring".into());
+        }
+        if self.stdin {
+            args.push("--stdin".into());
+            if !self.stdin_once {
+                args.push("--leave-stdin-open".into());
+            }
+        }
+        if self.tty {
+            args.push("--terminal".into());
         }
         args
     }
@@ -263,6 +278,9 @@ mod tests {
             bundle: Path::new("/n/pods/u/containers/abc"),
             log_path: Path::new("/var/log/pods/default_web_u/app/0.log"),
             socket_dir: Path::new("/run/litek8s/conmon"),
+            stdin: false,
+            stdin_once: false,
+            tty: false,
             timeout: Duration::from_secs(1),
         };
         let args = l.args().join(" ");
@@ -282,6 +300,17 @@ mod tests {
         assert!(!args.contains("--no-new-keyring"), "{args}");
         l.no_new_keyring = true;
         assert!(l.args().iter().any(|a| a == "--no-new-keyring"));
+        for flag in ["--stdin", "--leave-stdin-open", "--terminal"] {
+            assert!(!l.args().iter().any(|a| a == flag), "{flag}");
+        }
+        (l.stdin, l.tty) = (true, true);
+        let args = l.args().join(" ");
+        assert!(
+            args.contains("--stdin --leave-stdin-open --terminal"),
+            "{args}"
+        );
+        l.stdin_once = true;
+        assert!(!l.args().iter().any(|a| a == "--leave-stdin-open"));
     }
 
     #[tokio::test]

@@ -29,6 +29,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use super::command::runtime_message;
 use super::conmon::CHILD_PATH;
 use super::layout::files;
+use super::pty::{self, Pty};
 use super::{Runtime, RuntimeError};
 
 /// The most of each stream kept; the rest is read and dropped so the command never blocks
@@ -57,7 +58,7 @@ impl Runtime {
         argv: &[String],
         timeout: Duration,
     ) -> Result<ExecOutput, RuntimeError> {
-        let (files, mut cmd) = self.exec_command(id, argv)?;
+        let (files, mut cmd) = self.exec_command(id, argv, false)?;
         let pid_file = &files.0[1];
         let what = || format!("{} exec {id}", self.cli.kind);
         cmd.stdin(Stdio::null())
@@ -115,11 +116,22 @@ impl Runtime {
     }
 }
 
-/// A command started in a container with its standard streams as pipes (`kubectl exec`).
-/// Its files go when it is dropped.
+/// A command started in a container for `kubectl exec`: with its standard streams as
+/// pipes, or with a terminal (`pty`, the child's pipes then are all `None`). Its files go
+/// when it is dropped.
 pub struct AttachedExec {
     pub child: tokio::process::Child,
+    pub pty: Option<Pty>,
     _files: TempFiles,
+}
+
+/// The standard streams of an attached command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecStreams {
+    /// stdout and stderr as pipes, stdin too when asked for.
+    Pipes { stdin: bool },
+    /// One terminal for all three (see `pty`).
+    Tty,
 }
 
 /// How long a runtime may take to start an attached command.
@@ -138,28 +150,54 @@ impl AttachedExec {
 }
 
 impl Runtime {
-    /// Starts `argv` in the running container `id` with piped stdin (when `stdin`), stdout
-    /// and stderr, and returns once the command runs; a refusal (no such or a stopped
-    /// container, a command not in the image) is the runtime's message.
+    /// Starts `argv` in the running container `id` with `streams`, and returns once the
+    /// command runs; a refusal (no such or a stopped container, a command not in the
+    /// image) is the runtime's message.
     pub async fn exec_attached(
         &self,
         id: &str,
         argv: &[String],
-        stdin: bool,
+        streams: ExecStreams,
     ) -> Result<AttachedExec, RuntimeError> {
-        let (files, mut cmd) = self.exec_command(id, argv)?;
+        let tty = streams == ExecStreams::Tty;
+        let (files, mut cmd) = self.exec_command(id, argv, tty)?;
         let pid_file = files.0[1].clone();
         let what = || format!("{} exec {id}", self.cli.kind);
-        cmd.stdin(if stdin { Stdio::piped() } else { Stdio::null() })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+        let mut pty = None;
+        match streams {
+            ExecStreams::Pipes { stdin } => {
+                cmd.stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+            }
+            ExecStreams::Tty => {
+                let (master, slave) = pty::open().map_err(|e| RuntimeError::io("open a pty", e))?;
+                let io = |fd: &std::os::fd::OwnedFd| {
+                    fd.try_clone()
+                        .map(Stdio::from)
+                        .map_err(|e| RuntimeError::io("open a pty", e))
+                };
+                cmd.stdin(io(&slave)?)
+                    .stdout(io(&slave)?)
+                    .stderr(io(&slave)?);
+                // SAFETY: the closure only calls setsid and ioctl (async-signal-safe).
+                unsafe {
+                    cmd.pre_exec(pty::become_session_leader);
+                }
+                pty = Some(master);
+            }
+        }
+        cmd.kill_on_drop(true);
         let mut child = cmd.spawn().map_err(|e| RuntimeError::io(what(), e))?;
+        // The slave's copies of this process go with the command: the master then reads
+        // the end once the runtime exits.
+        drop(cmd);
         let deadline = tokio::time::Instant::now() + ATTACH_START;
         loop {
             if read_pid(&pid_file).is_some() {
                 return Ok(AttachedExec {
                     child,
+                    pty,
                     _files: files,
                 });
             }
@@ -168,10 +206,14 @@ impl Runtime {
                 if read_pid(&pid_file).is_some() {
                     return Ok(AttachedExec {
                         child,
+                        pty,
                         _files: files,
                     });
                 }
-                let stderr = Capture::start(child.stderr.take()).finish().await;
+                let stderr = match (&pty, child.stderr.take()) {
+                    (Some(master), _) => read_pty(master).await,
+                    (None, pipe) => Capture::start(pipe).finish().await,
+                };
                 let mut message = runtime_message(&stderr);
                 if message.is_empty() {
                     message = format!("exited with {status}");
@@ -195,12 +237,14 @@ impl Runtime {
 
 impl Runtime {
     /// `runtime exec --process FILE --pid-file FILE ID` for `argv` in the running container
-    /// `id`, with the process file written; both files go when the returned [`TempFiles`]
-    /// is dropped (the pid file is its second). The caller sets the standard streams.
+    /// `id` (with a terminal when `tty`), with the process file written; both files go when
+    /// the returned [`TempFiles`] is dropped (the pid file is its second). The caller sets
+    /// the standard streams.
     fn exec_command(
         &self,
         id: &str,
         argv: &[String],
+        tty: bool,
     ) -> Result<(TempFiles, tokio::process::Command), RuntimeError> {
         if argv.first().is_none_or(|a| a.is_empty()) {
             return Err(RuntimeError::InvalidConfig(format!(
@@ -215,7 +259,7 @@ impl Runtime {
             dir.join(format!("exec-{tag}.pid")),
         ]);
         let (process_file, pid_file) = (&files.0[0], &files.0[1]);
-        let process = process_for(&dir.join(files::CONFIG), argv)?;
+        let process = process_for(&dir.join(files::CONFIG), argv, tty)?;
         std::fs::write(process_file, process)
             .map_err(|e| RuntimeError::io(format!("write {}", process_file.display()), e))?;
         let mut cmd = tokio::process::Command::new(&self.cli.path);
@@ -232,8 +276,9 @@ impl Runtime {
     }
 }
 
-/// The container's process description with `argv` as its arguments and no terminal.
-fn process_for(config: &Path, argv: &[String]) -> Result<Vec<u8>, RuntimeError> {
+/// The container's process description with `argv` as its arguments, with a terminal only
+/// when `tty`.
+fn process_for(config: &Path, argv: &[String], tty: bool) -> Result<Vec<u8>, RuntimeError> {
     let bytes = std::fs::read(config)
         .map_err(|e| RuntimeError::io(format!("read {}", config.display()), e))?;
     let spec: serde_json::Value =
@@ -251,8 +296,25 @@ fn process_for(config: &Path, argv: &[String]) -> Result<Vec<u8>, RuntimeError> 
         }
     };
     process["args"] = serde_json::json!(argv);
-    process["terminal"] = serde_json::Value::Bool(false);
+    process["terminal"] = serde_json::Value::Bool(tty);
     serde_json::to_vec(&process).map_err(|e| RuntimeError::InvalidConfig(e.to_string()))
+}
+
+/// What a runtime that refused a terminal exec wrote on it (bounded, and at most
+/// [`DRAIN`] of waiting).
+async fn read_pty(master: &Pty) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let _ = tokio::time::timeout(DRAIN, async {
+        while out.len() < MAX_EXEC_OUTPUT {
+            match master.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn read_pid(path: &Path) -> Option<i32> {
@@ -349,9 +411,10 @@ mod tests {
             r#"{"ociVersion":"1.0.2","process":{"terminal":true,"user":{"uid":1000,"gid":1000},"args":["sleep","1000"],"env":["PATH=/bin","A=b"],"cwd":"/work"},"root":{"path":"rootfs"}}"#,
         )
         .unwrap();
-        let p: serde_json::Value =
-            serde_json::from_slice(&process_for(&config, &["cat".into(), "/x".into()]).unwrap())
-                .unwrap();
+        let p: serde_json::Value = serde_json::from_slice(
+            &process_for(&config, &["cat".into(), "/x".into()], false).unwrap(),
+        )
+        .unwrap();
         assert_eq!(p["args"], serde_json::json!(["cat", "/x"]));
         assert_eq!(p["terminal"], false);
         assert_eq!(p["user"]["uid"], 1000);
@@ -360,7 +423,7 @@ mod tests {
 
         std::fs::write(&config, "{}").unwrap();
         assert!(matches!(
-            process_for(&config, &["x".into()]),
+            process_for(&config, &["x".into()], false),
             Err(RuntimeError::CorruptState { .. })
         ));
     }

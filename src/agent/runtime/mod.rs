@@ -14,11 +14,14 @@
 //! - `spec` + `oci`: the container description and the `config.json` built from it.
 //! - `conmon`: launching the monitor and reading the runtime's verdict on create.
 //! - `command`: `start`, `kill`, `delete`, `state` on the runtime's command line.
-//! - `exec`: a command run in a running container ([`Runtime::exec`]), for probes and hooks.
+//! - `exec`: a command run in a running container ([`Runtime::exec`]), for probes and hooks,
+//!   or attached to `kubectl exec` ([`Runtime::exec_attached`]), with a terminal from `pty`.
+//! - `attach`: a client of conmon's attach socket, for `kubectl attach` ([`Runtime::attach`]).
 //! - `container`: the record on disk and the state derived from it.
 //! - `layout`: where all of it lives; `logs`: reading the CRI log files.
 //! - `pleg`: the 1 s relist that turns state changes into per-pod events.
 
+pub(crate) mod attach;
 mod command;
 mod conmon;
 mod container;
@@ -29,6 +32,7 @@ pub(crate) mod layout;
 pub mod logs;
 pub(crate) mod oci;
 pub mod pleg;
+pub(crate) mod pty;
 pub(crate) mod spec;
 
 use std::collections::BTreeMap;
@@ -41,7 +45,7 @@ use parking_lot::Mutex;
 pub use container::{ContainerState, ContainerStatus, START_ERROR_EXIT_CODE};
 pub use detect::{RuntimeInfo, RuntimeKind};
 pub use error::RuntimeError;
-pub use exec::{AttachedExec, ExecOutput, MAX_EXEC_OUTPUT};
+pub use exec::{AttachedExec, ExecOutput, ExecStreams, MAX_EXEC_OUTPUT};
 pub use layout::Layout;
 pub use spec::{
     CapabilityChanges, ContainerConfig, NamespaceMode, PodRef, PodSandbox, Propagation,
@@ -220,6 +224,9 @@ impl Runtime {
             bundle: &dir,
             log_path: &log_path,
             socket_dir: &self.layout.socket_dir(),
+            stdin: cfg.stdin,
+            stdin_once: cfg.stdin_once,
+            tty: cfg.tty,
             timeout: self.create_timeout,
         };
         match launch.run().await {

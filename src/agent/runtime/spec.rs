@@ -56,6 +56,12 @@ pub struct ContainerConfig {
     pub sysctls: BTreeMap<String, String>,
     /// Stored with the container and reported back by `list` (image, spec hash, …).
     pub annotations: BTreeMap<String, String>,
+    /// stdin open for attach (conmon keeps a pipe to it); closed after the first attached
+    /// client when `stdin_once`.
+    pub stdin: bool,
+    pub stdin_once: bool,
+    /// A terminal for the container's process (conmon holds its master).
+    pub tty: bool,
 }
 
 impl ContainerConfig {
@@ -81,6 +87,9 @@ impl ContainerConfig {
             rlimits: Vec::new(),
             sysctls: BTreeMap::new(),
             annotations: BTreeMap::new(),
+            stdin: false,
+            stdin_once: false,
+            tty: false,
         }
     }
 }
@@ -202,7 +211,7 @@ pub fn build(cfg: &ContainerConfig, ctx: &BuildContext) -> Result<Spec, RuntimeE
 
     let caps = capabilities(cfg, ctx.all_capabilities)?;
     let process = oci::Process {
-        terminal: false,
+        terminal: cfg.tty,
         user: oci::User {
             uid: cfg.user.uid,
             gid: cfg.user.gid,

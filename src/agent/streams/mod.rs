@@ -1,11 +1,13 @@
 //! The agent's end of the streams (`crate::streams` is the server's): the tunnel it keeps
 //! to its server (`tunnel`), on which it serves, as an HTTP/2 server, what the server asks
-//! for its pods: a container's log (`logs`) and exec sessions (`exec`).
+//! for its pods: a container's log (`logs`), exec sessions (`exec`) and attach sessions
+//! (`attach`).
 //!
 //! Requests name the pod by namespace and name in the path and by uid in a header; the agent
 //! serves only what it finds on this node for that exact pod instance (its log directory,
 //! its running container), so a forged path reaches nothing of another node or pod.
 
+pub(crate) mod attach;
 pub(crate) mod exec;
 pub(crate) mod logs;
 pub(crate) mod tunnel;
@@ -97,6 +99,7 @@ pub async fn handle(
     Ok(match kind {
         "logs" => serve_logs(&deps, &req, &pod, &container),
         "exec" => exec::serve(&deps, req, &pod, &container).await,
+        "attach" => attach::serve(&deps, req, &pod, &container).await,
         _ => status(StatusCode::NOT_FOUND, "NotFound", "no such stream"),
     })
 }
