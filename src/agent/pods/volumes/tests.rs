@@ -160,7 +160,10 @@ async fn every_type_is_made_updated_mounted_and_torn_down() {
         std::fs::read_to_string(api.join("namespace")).unwrap(),
         "ns"
     );
-    assert!(!api.join("token").exists());
+    // The pod's token (StaticObjects names it after the account and the pod).
+    assert!(std::fs::read_to_string(api.join("token"))
+        .unwrap()
+        .starts_with("token-for-ns/"));
     assert_eq!(path("host"), lab.host("data"));
     assert!(lab.host("data").is_dir());
 
