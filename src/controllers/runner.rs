@@ -43,6 +43,7 @@ use super::replicaset::{ReplicaSets, ReplicationControllers};
 use super::root_ca::RootCaPublisher;
 use super::service_account::ServiceAccounts;
 use super::service_account_token::TokenSecrets;
+use super::service_lb::ServiceLb;
 use super::statefulset::StatefulSets;
 use super::taint_eviction::TaintEviction;
 use super::ttl_after_finished::TtlAfterFinished;
@@ -150,6 +151,7 @@ fn controller_manager(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<PodGc>(builder),
         launch::<Endpoints>(builder),
         launch::<NodeIpam>(builder),
+        launch::<ServiceLb>(builder),
         launch::<Disruption>(builder),
         launch::<Namespaces>(builder),
         launch::<GarbageCollector>(builder),
