@@ -565,6 +565,9 @@ fn a_thousand_services_are_accepted_by_the_kernel() {
     assert!(rules.warnings.is_empty(), "{:?}", rules.warnings);
     let check = ruleset::transaction(&rules, &ruleset::Existing::default());
     rt.block_on(tools.nft_apply(&check, true)).expect("nft -c");
+    if let Some(path) = std::env::var_os("LITEK8S_PROXY_DUMP") {
+        std::fs::write(path, &check).expect("the dump");
+    }
     for round in 0..3 {
         let started = Instant::now();
         let report = rt.block_on(syncer.sync(&snapshot)).expect("a sync");

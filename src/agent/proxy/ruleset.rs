@@ -21,8 +21,9 @@
 //!   served, with the Service's timeout, checked before the random pick;
 //! - endpoints that are terminating but still serving are used only when no ready one is left.
 //!
-//! How the text is applied (one transaction, table kept, stale chains deleted) is
-//! `transaction`'s; running it is `nft.rs`'s.
+//! How the text is applied (one transaction, table kept, only changed chains rewritten,
+//! stale ones deleted) is [`transaction`]'s and [`transaction_from`]'s; running it is
+//! `tools.rs`'s.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -57,14 +58,15 @@ pub struct RulesetConfig {
 /// A generated ruleset: the objects it declares and the text declaring them.
 #[derive(Debug, Clone, Default)]
 pub struct Ruleset {
-    /// Every chain of the table.
-    pub chains: BTreeSet<String>,
-    /// Every set and map of the table.
-    pub sets: BTreeSet<String>,
-    /// The `table inet litek8s { … }` block.
-    pub body: String,
-    /// The maps emptied at every sync (sets of affinity keep their contents).
+    /// Every chain of the table with its block (hook and rules): a sync rewrites only the
+    /// chains whose block changed.
+    pub chains: BTreeMap<String, String>,
+    /// Every set of the table (affinity sets) with its block.
+    pub sets: BTreeMap<String, String>,
+    /// The verdict maps' blocks with their elements (rewritten at every sync).
     pub maps: Vec<String>,
+    /// The whole `table inet litek8s { … }` block.
+    pub body: String,
     /// UDP endpoints (`address`, `port`) traffic may be DNATed to: when one goes, its
     /// conntrack entries are flushed.
     pub udp_endpoints: BTreeSet<(Ipv4Addr, u16)>,
@@ -470,8 +472,6 @@ impl Builder {
     }
 
     fn finish(mut self, cluster: Cidr) -> Ruleset {
-        let mut body = String::with_capacity(256 * (self.chains.len() + 16));
-        let _ = writeln!(body, "table inet {TABLE} {{");
         let elements = |entries: Vec<(String, &String)>| -> String {
             if entries.is_empty() {
                 return String::new();
@@ -510,35 +510,51 @@ impl Builder {
                     .map(|(k, v)| (port_key(k), v))
                     .collect(),
             };
-            let _ = write!(
-                body,
+            self.out.maps.push(format!(
                 "\tmap {map} {{\n\t\ttype {key_type} : verdict;\n{}\t}}\n",
                 elements(entries)
-            );
-            self.out.sets.insert(map.to_string());
-            self.out.maps.push(map.to_string());
+            ));
         }
         for (set, declaration) in &self.sets {
-            let _ = writeln!(body, "\tset {set} {{ {declaration} }}");
-            self.out.sets.insert(set.clone());
+            self.out
+                .sets
+                .insert(set.clone(), format!("\tset {set} {{ {declaration} }}\n"));
         }
         for (chain, hook, rules) in fixed_chains(cluster) {
-            write_chain(&mut body, chain, hook, &rules);
-            self.out.chains.insert(chain.to_string());
+            self.out
+                .chains
+                .insert(chain.to_string(), chain_block(chain, hook, &rules));
         }
         for (chain, rules) in &self.chains {
-            write_chain(&mut body, chain, None, rules);
-            self.out.chains.insert(chain.clone());
+            self.out
+                .chains
+                .insert(chain.clone(), chain_block(chain, None, rules));
         }
-        body.push_str("}\n");
-        self.out.body = body;
+        let blocks = self
+            .out
+            .maps
+            .iter()
+            .chain(self.out.sets.values())
+            .chain(self.out.chains.values());
+        self.out.body = table_block(blocks);
         self.out
     }
 }
 
+/// `table inet litek8s { blocks }`.
+fn table_block<'a>(blocks: impl Iterator<Item = &'a String>) -> String {
+    let mut body = format!("table inet {TABLE} {{\n");
+    for block in blocks {
+        body.push_str(block);
+    }
+    body.push_str("}\n");
+    body
+}
+
 /// One chain block; every statement on its own line (nft 1.0.6 wants a newline or `;`
 /// before a closing brace).
-fn write_chain(body: &mut String, chain: &str, hook: Option<&str>, rules: &[String]) {
+fn chain_block(chain: &str, hook: Option<&str>, rules: &[String]) -> String {
+    let mut body = String::with_capacity(64 + 64 * rules.len());
     let _ = writeln!(body, "\tchain {chain} {{");
     if let Some(hook) = hook {
         let _ = writeln!(body, "\t\t{hook}");
@@ -547,6 +563,7 @@ fn write_chain(body: &mut String, chain: &str, hook: Option<&str>, rules: &[Stri
         let _ = writeln!(body, "\t\t{rule}");
     }
     body.push_str("\t}\n");
+    body
 }
 
 /// The ruleset for `snapshot` on the node `config` describes.
@@ -604,10 +621,11 @@ impl Existing {
     }
 }
 
-/// The one transaction bringing the table from `existing` to `ruleset`: the table and its
-/// maps declared (so the flushes that follow cannot fail), every rule and map element
-/// removed, the whole ruleset added, what is no longer declared deleted. The kernel applies it
-/// at once: no packet ever sees an empty table, and the affinity sets keep their entries.
+/// The one transaction bringing the table from `existing` (read from the kernel) to
+/// `ruleset`: the table and its maps declared (so the flushes that follow cannot fail), every
+/// rule and map element removed, the whole ruleset added, what is no longer declared deleted.
+/// The kernel applies it at once: no packet ever sees an empty table, and the affinity sets
+/// keep their entries.
 pub fn transaction(ruleset: &Ruleset, existing: &Existing) -> String {
     let mut text = String::with_capacity(ruleset.body.len() + 1024);
     let _ = writeln!(text, "table inet {TABLE} {{");
@@ -616,15 +634,63 @@ pub fn transaction(ruleset: &Ruleset, existing: &Existing) -> String {
     }
     text.push_str("}\n");
     let _ = writeln!(text, "flush table inet {TABLE}");
-    for map in &ruleset.maps {
+    for (map, _) in MAPS {
         let _ = writeln!(text, "flush map inet {TABLE} {map}");
     }
     text.push_str(&ruleset.body);
-    for chain in existing.chains.difference(&ruleset.chains) {
+    for chain in existing
+        .chains
+        .iter()
+        .filter(|c| !ruleset.chains.contains_key(*c))
+    {
         let _ = writeln!(text, "delete chain inet {TABLE} {chain}");
     }
-    for set in existing.sets.difference(&ruleset.sets) {
+    for set in existing.sets.iter().filter(|s| !is_declared(ruleset, s)) {
         let _ = writeln!(text, "delete set inet {TABLE} {set}");
+    }
+    text
+}
+
+/// Whether `set` (a set or a map) is one of `ruleset`'s.
+fn is_declared(ruleset: &Ruleset, set: &str) -> bool {
+    ruleset.sets.contains_key(set) || MAPS.iter().any(|(m, _)| *m == set)
+}
+
+/// The transaction from `previous` (the last ruleset applied) to `ruleset`: the maps
+/// refilled, only the chains whose block changed flushed and written again, new sets added,
+/// what is gone deleted. A sync after one endpoint changed touches a few chains instead of
+/// every chain of every Service.
+pub fn transaction_from(ruleset: &Ruleset, previous: &Ruleset) -> String {
+    let mut text = String::with_capacity(16 * 1024);
+    for (map, _) in MAPS {
+        let _ = writeln!(text, "flush map inet {TABLE} {map}");
+    }
+    let mut blocks: Vec<&String> = ruleset.maps.iter().collect();
+    for (set, block) in &ruleset.sets {
+        if !previous.sets.contains_key(set) {
+            blocks.push(block);
+        }
+    }
+    for (chain, block) in &ruleset.chains {
+        match previous.chains.get(chain) {
+            Some(old) if old == block => continue,
+            Some(_) => {
+                let _ = writeln!(text, "flush chain inet {TABLE} {chain}");
+            }
+            None => {}
+        }
+        blocks.push(block);
+    }
+    text.push_str(&table_block(blocks.into_iter()));
+    for chain in previous.chains.keys() {
+        if !ruleset.chains.contains_key(chain) {
+            let _ = writeln!(text, "delete chain inet {TABLE} {chain}");
+        }
+    }
+    for set in previous.sets.keys() {
+        if !ruleset.sets.contains_key(set) {
+            let _ = writeln!(text, "delete set inet {TABLE} {set}");
+        }
     }
     text
 }

@@ -286,3 +286,25 @@ fn a_transaction_deletes_only_what_is_gone() {
     let flush = t.find("flush table").expect("a flush");
     assert!(flush < t.find("chain services").expect("the chains"));
 }
+
+#[test]
+fn a_later_sync_rewrites_only_the_chains_that_changed() {
+    let two = [
+        ("10.42.0.2", "n1", true, false),
+        ("10.42.1.2", "n2", true, false),
+    ];
+    let before = render(&snapshot(&[web()], &[slice("web", &two)]), &config());
+    let one = [("10.42.0.2", "n1", true, false)];
+    let after = render(&snapshot(&[web()], &[slice("web", &one)]), &config());
+    let t = transaction_from(&after, &before);
+    assert!(t.contains("flush chain inet litek8s svc-default/web/tcp/80\n"));
+    assert!(t.contains("delete chain inet litek8s ep-default/web/tcp/80__10.42.1.2/8080\n"));
+    assert!(t.contains("flush map inet litek8s service-ips\n"));
+    // Unchanged chains are not written again.
+    assert!(!t.contains("chain ep-default/web/tcp/80__10.42.0.2/8080 {"));
+    assert!(!t.contains("chain services {"));
+    assert!(!t.contains("flush table"));
+    // Nothing changed: only the maps are refilled.
+    let same = transaction_from(&after, &after);
+    assert!(!same.contains("chain "), "{same}");
+}

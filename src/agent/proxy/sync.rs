@@ -5,9 +5,10 @@
 //! becomes one sync. After a sync, the UDP conntrack entries of endpoints no longer used are
 //! deleted and the routes to the other nodes' pods are brought in line.
 //!
-//! The table's current chains and sets are read from the kernel at the first sync (a table
-//! left by an earlier run, crashed or not, is replaced in the same transaction, never flushed
-//! first) and after a failed one; otherwise the last applied ruleset says what is there.
+//! The first sync (and the one after a failure) reads the table's chains and sets from the
+//! kernel and rewrites the whole table in one transaction: a table left by an earlier run,
+//! crashed or not, is replaced, never flushed first. Later syncs rewrite only the chains that
+//! changed since the last ruleset applied (and refill the maps).
 
 use std::collections::{BTreeSet, HashSet};
 use std::net::Ipv4Addr;
@@ -19,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::informer::Shared;
 use super::model::{Cidr, Snapshot};
 use super::routes;
-use super::ruleset::{self, DnsRedirect, Existing, Ruleset, RulesetConfig};
+use super::ruleset::{self, DnsRedirect, Ruleset, RulesetConfig};
 use super::tools::{ToolError, Tools};
 
 /// How the loop runs.
@@ -79,8 +80,8 @@ pub struct SyncReport {
 pub struct Syncer {
     tools: Tools,
     settings: SyncSettings,
-    /// What the table holds (`None`: read it from the kernel first).
-    existing: Option<Existing>,
+    /// The last ruleset applied (`None`: read the table from the kernel and rewrite it all).
+    previous: Option<Ruleset>,
     udp_endpoints: BTreeSet<(Ipv4Addr, u16)>,
     /// Warnings already logged (each is logged once).
     warned: HashSet<String>,
@@ -92,7 +93,7 @@ impl Syncer {
         Syncer {
             tools,
             settings,
-            existing: None,
+            previous: None,
             udp_endpoints: BTreeSet::new(),
             warned: HashSet::new(),
             routes_failed: HashSet::new(),
@@ -113,19 +114,14 @@ impl Syncer {
         for warning in rules.warnings.clone() {
             self.warn_once(warning);
         }
-        let existing = match self.existing.take() {
-            Some(existing) => existing,
-            None => self.tools.nft_existing().await?,
+        let transaction = match self.previous.take() {
+            Some(previous) => ruleset::transaction_from(&rules, &previous),
+            None => ruleset::transaction(&rules, &self.tools.nft_existing().await?),
         };
-        let transaction = ruleset::transaction(&rules, &existing);
         let generate = started.elapsed();
         let applying = Instant::now();
         self.tools.nft_apply(&transaction, false).await?;
         let apply = applying.elapsed();
-        self.existing = Some(Existing {
-            chains: rules.chains.clone(),
-            sets: rules.sets.clone(),
-        });
 
         let gone: Vec<_> = self
             .udp_endpoints
@@ -139,7 +135,9 @@ impl Syncer {
                 ));
             }
         }
-        self.udp_endpoints = rules.udp_endpoints;
+        self.udp_endpoints = rules.udp_endpoints.clone();
+        let stats = rules.stats;
+        self.previous = Some(rules);
 
         if self.settings.routes {
             let wanted = routes::desired(&snapshot.nodes, &self.settings.node_name);
@@ -163,7 +161,7 @@ impl Syncer {
             }
         }
         Ok(SyncReport {
-            ruleset: rules.stats,
+            ruleset: stats,
             generate,
             apply,
             conntrack_flushed: gone.len(),
@@ -198,7 +196,7 @@ impl Syncer {
                 ),
                 Err(e) => {
                     // Read the table back next time: the transaction did not happen.
-                    self.existing = None;
+                    self.previous = None;
                     self.warn_once(format!("applying the Service rules: {e}"));
                     continue;
                 }
