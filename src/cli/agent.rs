@@ -28,7 +28,9 @@ Example:
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// A server of the cluster (https://HOST:PORT); the others are learned from it.
-    #[arg(long, value_name = "URL", required_unless_present = "cleanup")]
+    /// Required except with --cleanup (checked in `settings`: the configuration files'
+    /// relaxed first parse knows only `required`).
+    #[arg(long, value_name = "URL")]
     pub server: Option<String>,
 
     /// The join token. Visible to every user of the machine in the process list: prefer
@@ -122,7 +124,9 @@ impl AgentArgs {
     /// Validates the flags (and reads the token's sources).
     pub fn settings(self) -> anyhow::Result<AgentSettings> {
         Ok(AgentSettings::resolve(AgentFlags {
-            server: self.server.unwrap_or_default(),
+            server: self.server.ok_or_else(|| {
+                anyhow::anyhow!("--server is required (a server of the cluster, https://HOST:PORT)")
+            })?,
             token: self.token,
             token_file: self.token_file,
             token_env: std::env::var("LITEK8S_TOKEN").ok(),
