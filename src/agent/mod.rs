@@ -26,6 +26,7 @@ pub mod images;
 pub mod join;
 pub(crate) mod node;
 pub mod pods;
+pub mod proxy;
 pub(crate) mod run;
 pub mod runtime;
 pub mod sandbox;

@@ -4,7 +4,8 @@
 //! a server takes it), then the Node's watch, Lease and status loops, and the pods: the
 //! container runtime (detected before registering, so the Node reports it from the start),
 //! the containers adopted from the last run, the image store and its air-gap directory
-//! (imported before any pod starts), sandboxes on the node's podCIDR, the pod workers.
+//! (imported before any pod starts), sandboxes on the node's podCIDR, the pod workers, and
+//! (unless `--disable-proxy`) the Service proxy and pod routes.
 //! `READY=1` once the Node is registered and Ready; `STATUS=` names the server in use and
 //! the pods running; `WATCHDOG=1` while the Lease loop makes progress. SIGTERM or SIGINT:
 //! `STOPPING=1`, the loops stop, exit 0; what runs on the node is left running (a restart or
@@ -406,6 +407,17 @@ pub async fn run_until(
         .run(state.uid.subscribe(), heartbeat, stop.clone()),
     );
     tasks.spawn(reporter.run(registered, stop.clone()));
+    if settings.proxy {
+        tasks.spawn(super::proxy::run(
+            api.clone(),
+            super::proxy::SyncSettings::new(
+                &settings.node_name,
+                settings.cluster_cidr,
+                Some(settings.cluster_dns),
+            ),
+            stop.clone(),
+        ));
+    }
     // Started apart: an air-gap import at start must not hold back READY=1.
     let pods = detected.ok().map(|info| {
         let counts = PodCounts::default();

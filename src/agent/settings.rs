@@ -8,10 +8,11 @@
 //! on a command line (and a unit keeps it in an environment file).
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::proxy::model::Cidr;
 use crate::cluster::join_token::{JoinToken, TokenError};
 use crate::cluster::node_credential::is_node_name;
 use crate::controllers::taints::{Effect, Taint};
@@ -47,7 +48,18 @@ pub struct AgentFlags {
     pub insecure_registries: Vec<String>,
     /// `--cni-bridge`: the bridge of the generated pod network.
     pub cni_bridge: Option<String>,
+    /// `--cluster-cidr` (default [`DEFAULT_CLUSTER_CIDR`]).
+    pub cluster_cidr: Option<String>,
+    /// `--cluster-dns` (default [`DEFAULT_CLUSTER_DNS`]).
+    pub cluster_dns: Option<Ipv4Addr>,
+    /// `--disable-proxy`: no Service rules, no pod routes.
+    pub disable_proxy: bool,
 }
+
+/// The cluster's pod network unless `--cluster-cidr` says otherwise (the servers' default).
+pub const DEFAULT_CLUSTER_CIDR: &str = "10.42.0.0/16";
+/// The cluster DNS Service's address unless `--cluster-dns` says otherwise.
+pub const DEFAULT_CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 43, 0, 10);
 
 /// The bridge the generated pod network uses unless `--cni-bridge` names another.
 pub const DEFAULT_CNI_BRIDGE: &str = "litek8s0";
@@ -153,6 +165,12 @@ pub struct AgentSettings {
     pub insecure_registries: Vec<String>,
     /// The Linux bridge of the generated pod network.
     pub cni_bridge: String,
+    /// The cluster's pod network (every node's podCIDR is inside it).
+    pub cluster_cidr: Cidr,
+    /// The cluster DNS Service's address.
+    pub cluster_dns: Ipv4Addr,
+    /// Whether the Service proxy and the pod routes run.
+    pub proxy: bool,
 }
 
 impl std::fmt::Debug for AgentSettings {
@@ -208,6 +226,8 @@ pub enum SettingsError {
         "--cni-bridge {0:?}: a network interface name (1 to 15 letters, digits, '-', '_' or '.')"
     )]
     Bridge(String),
+    #[error("--cluster-cidr {0:?}: expected an IPv4 network, e.g. 10.42.0.0/16")]
+    ClusterCidr(String),
     #[error("--insecure-registry {0:?}: expected HOST or HOST:PORT")]
     Registry(String),
 }
@@ -318,9 +338,19 @@ impl AgentSettings {
                 return Err(SettingsError::Registry(registry.clone()));
             }
         }
+        let cluster_cidr_text = flags
+            .cluster_cidr
+            .clone()
+            .unwrap_or_else(|| DEFAULT_CLUSTER_CIDR.to_string());
+        let cluster_cidr = Cidr::parse(&cluster_cidr_text)
+            .filter(|c| c.prefix >= 8)
+            .ok_or(SettingsError::ClusterCidr(cluster_cidr_text))?;
         Ok(AgentSettings {
             server,
             token,
+            cluster_cidr,
+            cluster_dns: flags.cluster_dns.unwrap_or(DEFAULT_CLUSTER_DNS),
+            proxy: !flags.disable_proxy,
             log_dir: flags
                 .log_dir
                 .clone()
@@ -556,6 +586,9 @@ mod tests {
         assert_eq!(s.lease_duration, Duration::from_secs(40));
         assert_eq!(s.log_dir, PathBuf::from("/tmp/x/logs"));
         assert_eq!(s.cni_bridge, "litek8s0");
+        assert_eq!(s.cluster_cidr.to_string(), "10.42.0.0/16");
+        assert_eq!(s.cluster_dns, Ipv4Addr::new(10, 43, 0, 10));
+        assert!(s.proxy);
     }
 
     #[test]
@@ -567,6 +600,13 @@ mod tests {
                     ..flags()
                 },
                 "--server",
+            ),
+            (
+                AgentFlags {
+                    cluster_cidr: Some("10.42.0.0".into()),
+                    ..flags()
+                },
+                "--cluster-cidr",
             ),
             (
                 AgentFlags {

@@ -1,6 +1,6 @@
 //! Flags of `litek8s agent`; resolved into `AgentSettings` by `agent::settings`.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -28,8 +28,10 @@ Example:
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// A server of the cluster (https://HOST:PORT); the others are learned from it.
+    /// Required except with --cleanup (checked in `settings`: the configuration files'
+    /// relaxed first parse knows only `required`).
     #[arg(long, value_name = "URL")]
-    pub server: String,
+    pub server: Option<String>,
 
     /// The join token. Visible to every user of the machine in the process list: prefer
     /// LITEK8S_TOKEN or --token-file. Needed only to join (or to renew the credential).
@@ -97,13 +99,34 @@ pub struct AgentArgs {
     /// The Linux bridge of the pod network the agent generates [default: litek8s0].
     #[arg(long, value_name = "NAME")]
     pub cni_bridge: Option<String>,
+
+    /// The cluster's pod network, holding every node's podCIDR: pod traffic leaving it is
+    /// masqueraded, pod-to-pod traffic keeps its addresses.
+    #[arg(long, value_name = "CIDR", default_value = "10.42.0.0/16")]
+    pub cluster_cidr: String,
+
+    /// The cluster DNS Service's address; this node's rules send it to the node's own DNS
+    /// responder.
+    #[arg(long, value_name = "IP", default_value = "10.43.0.10")]
+    pub cluster_dns: Ipv4Addr,
+
+    /// Run no Service proxy and keep no pod routes (another proxy owns them).
+    #[arg(long)]
+    pub disable_proxy: bool,
+
+    /// Remove the agent's Service rules (nftables table inet litek8s) and pod routes, then
+    /// exit; pods and credentials are left alone.
+    #[arg(long)]
+    pub cleanup: bool,
 }
 
 impl AgentArgs {
     /// Validates the flags (and reads the token's sources).
     pub fn settings(self) -> anyhow::Result<AgentSettings> {
         Ok(AgentSettings::resolve(AgentFlags {
-            server: self.server,
+            server: self.server.ok_or_else(|| {
+                anyhow::anyhow!("--server is required (a server of the cluster, https://HOST:PORT)")
+            })?,
             token: self.token,
             token_file: self.token_file,
             token_env: std::env::var("LITEK8S_TOKEN").ok(),
@@ -121,6 +144,9 @@ impl AgentArgs {
             log_dir: self.log_dir,
             insecure_registries: self.insecure_registries,
             cni_bridge: self.cni_bridge,
+            cluster_cidr: Some(self.cluster_cidr),
+            cluster_dns: Some(self.cluster_dns),
+            disable_proxy: self.disable_proxy,
         })?)
     }
 
@@ -136,6 +162,9 @@ impl AgentArgs {
 
     /// Runs the agent until SIGTERM or SIGINT.
     pub fn run(self) -> anyhow::Result<()> {
+        if self.cleanup {
+            return cleanup();
+        }
         let settings = self.settings()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -150,4 +179,25 @@ impl AgentArgs {
         runtime.shutdown_timeout(std::time::Duration::from_millis(100));
         Ok(())
     }
+}
+
+/// `--cleanup`: the agent's table and routes removed from this machine.
+fn cleanup() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let tools = crate::agent::proxy::Tools::host();
+    let (table, routes) = runtime
+        .block_on(crate::agent::proxy::cleanup(&tools))
+        .context("removing the Service rules and pod routes")?;
+    println!(
+        "{}; {routes} pod route(s) removed",
+        if table {
+            "table inet litek8s removed"
+        } else {
+            "no table inet litek8s"
+        }
+    );
+    Ok(())
 }

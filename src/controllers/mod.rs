@@ -18,7 +18,8 @@
 //!   [`root_ca`] (`kube-root-ca.crt` in every namespace), [`event_ttl`] (Events expire),
 //!   [`node_lifecycle`] (silent nodes, taints from conditions), [`node_ipam`] (pod CIDRs), [`taint_eviction`] (pods
 //!   leave NoExecute-tainted nodes), [`pod_gc`] (terminated and orphaned pods),
-//!   [`endpoints`] (EndpointSlices and Endpoints of Services), [`disruption`]
+//!   [`endpoints`] (EndpointSlices and Endpoints of Services), [`service_lb`] (node
+//!   addresses as LoadBalancer Services' ingress), [`disruption`]
 //!   (PodDisruptionBudget status), [`namespace`] (deleted namespaces emptied),
 //!   [`garbage_collector`] (owner references and propagation policies), [`replicaset`]
 //!   (ReplicaSets and ReplicationControllers), [`deployment`]
@@ -67,6 +68,7 @@ pub(crate) mod runner;
 pub mod scheduler;
 pub(crate) mod service_account;
 pub(crate) mod service_account_token;
+pub(crate) mod service_lb;
 pub(crate) mod statefulset;
 pub(crate) mod taint_eviction;
 pub(crate) mod taints;

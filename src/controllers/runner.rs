@@ -44,6 +44,7 @@ use super::resource_quota::ResourceQuotas;
 use super::root_ca::RootCaPublisher;
 use super::service_account::ServiceAccounts;
 use super::service_account_token::TokenSecrets;
+use super::service_lb::ServiceLb;
 use super::statefulset::StatefulSets;
 use super::taint_eviction::TaintEviction;
 use super::ttl_after_finished::TtlAfterFinished;
@@ -151,6 +152,7 @@ fn controller_manager(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<PodGc>(builder),
         launch::<Endpoints>(builder),
         launch::<NodeIpam>(builder),
+        launch::<ServiceLb>(builder),
         launch::<Disruption>(builder),
         launch::<Namespaces>(builder),
         launch::<GarbageCollector>(builder),

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Service proxy benchmark: the time of a sync of 1,000 Services x 10 endpoints (rules
+# generated, then applied by `nft -f -` in a scratch network namespace), from
+# tests/agent_proxy.rs's a_thousand_services_are_accepted_by_the_kernel, run three times.
+# Each run prints its first sync (the whole table written) and two later syncs (only changed
+# chains and the maps); this script prints their medians as a markdown table.
+# Needs root, nft, ip and busybox. PROFILE=debug uses the debug build (no release build).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+PROFILE=${PROFILE:-release}
+flag=()
+[ "$PROFILE" = release ] && flag=(--release)
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+for run in 1 2 3; do
+    cargo test "${flag[@]}" -q --test agent_proxy a_thousand_services_are_accepted_by_the_kernel \
+        -- --nocapture 2>&1 | grep '^sync ' | sed "s/^/run $run /" >>"$out"
+done
+# "run R sync N: ... generate G, nft A, total T": durations as Rust's Debug prints them.
+ms() { awk '{ v=$1; if (v ~ /ms$/) { sub(/ms$/,"",v); print v } else if (v ~ /µs$/) { sub(/µs$/,"",v); print v/1000 } else { sub(/s$/,"",v); print v*1000 } }'; }
+median() { sort -n | awk '{ a[NR]=$1 } END { printf "%.0f ms", a[int((NR+1)/2)] }'; }
+field() { # $1: sync selector regex, $2: field name
+    grep -E "sync $1:" "$out" | sed -E "s/.*$2 ([0-9.]+[µm]?s).*/\1/" | ms | median
+}
+echo "cores: $(nproc); profile: $PROFILE; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| sync of 1,000 Services x 10 endpoints | target | generate | nft -f - | total (median of 3 runs) |"
+echo "|---|---|---|---|---|"
+echo "| first (whole table) | ≤ 1 s | $(field 0 generate) | $(field 0 nft) | $(field 0 total) |"
+echo "| later (changed chains, maps refilled) | ≤ 1 s | $(field '[12]' generate) | $(field '[12]' nft) | $(field '[12]' total) |"
