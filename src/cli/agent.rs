@@ -97,6 +97,21 @@ pub struct AgentArgs {
     /// The Linux bridge of the pod network the agent generates [default: litek8s0].
     #[arg(long, value_name = "NAME")]
     pub cni_bridge: Option<String>,
+
+    /// The cluster DNS Service's ClusterIP: the nameserver of pods with dnsPolicy ClusterFirst
+    /// [default: 10.43.0.10].
+    #[arg(long, value_name = "IP")]
+    pub cluster_dns: Option<IpAddr>,
+
+    /// The cluster's DNS domain [default: cluster.local].
+    #[arg(long, value_name = "DOMAIN")]
+    pub cluster_domain: Option<String>,
+
+    /// Where this node's cluster DNS responder listens, UDP and TCP: IP or IP:PORT; 0 turns
+    /// it off [default: port 53 of the pod bridge's gateway, the first address of the node's
+    /// podCIDR, where the Service rules send the cluster DNS ClusterIP].
+    #[arg(long, value_name = "ADDR")]
+    pub dns_listen: Option<String>,
 }
 
 impl AgentArgs {
@@ -121,6 +136,9 @@ impl AgentArgs {
             log_dir: self.log_dir,
             insecure_registries: self.insecure_registries,
             cni_bridge: self.cni_bridge,
+            cluster_dns: self.cluster_dns,
+            cluster_domain: self.cluster_domain,
+            dns_listen: self.dns_listen,
         })?)
     }
 

@@ -20,6 +20,11 @@ use std::net::IpAddr;
 
 use super::cache::{Cache, Port, ServiceKind};
 
+/// An endpoint as named: `(hostname or dashed address, address, ready)`.
+type EndpointName = (String, IpAddr, bool);
+/// An EndpointSlice port: `(name, protocol, port)`.
+type PortKey = (String, String, u16);
+
 /// An SRV record's target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SrvTarget {
@@ -78,9 +83,8 @@ impl Zone {
             zone.names.insert(apex, Node::default());
         }
         // Endpoints by service, sorted so that answers are stable.
-        let mut endpoints: HashMap<(&str, &str), Vec<(String, IpAddr, bool)>> = HashMap::new();
-        let mut endpoint_ports: HashMap<(&str, &str), BTreeSet<(String, String, u16)>> =
-            HashMap::new();
+        let mut endpoints: HashMap<(&str, &str), Vec<EndpointName>> = HashMap::new();
+        let mut endpoint_ports: HashMap<(&str, &str), BTreeSet<PortKey>> = HashMap::new();
         for ((ns, _), slice) in &cache.slices {
             let list = endpoints.entry((ns, &slice.service)).or_default();
             for e in &slice.endpoints {
