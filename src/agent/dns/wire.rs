@@ -428,8 +428,8 @@ pub fn truncate_answer(buf: &mut Vec<u8>, question_end: usize) {
     }
 }
 
-/// The address and CNAME records of an upstream's answer section (names decompressed), to
-/// be appended to an answer of the responder's own.
+/// The address, CNAME, PTR and SRV records of an answer section (names decompressed): an
+/// upstream's, to be appended to an answer of the responder's own, or, for clients, any.
 pub fn upstream_answers(buf: &[u8]) -> Vec<Record> {
     let mut out = Vec::new();
     if buf.len() < HEADER {
@@ -461,6 +461,16 @@ pub fn upstream_answers(buf: &[u8]) -> Vec<Record> {
             }
             TYPE_CNAME => read_name(buf, record.end - rdata.len())
                 .map(|(target, _)| RData::Cname(dotted_lower(&target))),
+            TYPE_PTR => read_name(buf, record.end - rdata.len())
+                .map(|(target, _)| RData::Ptr(dotted_lower(&target))),
+            TYPE_SRV if rdata.len() > 6 => {
+                read_name(buf, record.end - rdata.len() + 6).map(|(target, _)| RData::Srv {
+                    priority: be16(rdata, 0),
+                    weight: be16(rdata, 2),
+                    port: be16(rdata, 4),
+                    target: dotted_lower(&target),
+                })
+            }
             _ => None,
         };
         if let Some(data) = data {
