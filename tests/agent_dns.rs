@@ -247,7 +247,7 @@ fn cluster_names_answered_from_the_api_the_rest_forwarded() {
         // ClusterIP Services, the bootstrap's kube-dns among them.
         assert_eq!(
             resolves(at, "web.default.svc.cluster.local").await,
-            [web_ip.clone()]
+            [web_ip.as_str()]
         );
         assert_eq!(
             resolves(at, "kube-dns.kube-system.svc.cluster.local").await,
@@ -321,7 +321,7 @@ fn cluster_names_answered_from_the_api_the_rest_forwarded() {
         // Over TCP, cluster names and forwarded ones (TCP to the upstream too).
         assert_eq!(
             addrs(&tcp(at, "web.default.svc.cluster.local", TYPE_A).await),
-            [web_ip.clone()]
+            [web_ip.as_str()]
         );
         let asked = upstream.asked.load(Ordering::SeqCst);
         assert_eq!(
