@@ -9,41 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use litek8s::agent::api::ApiClient;
-use litek8s::agent::join::Credentials;
 use litek8s::failover::Failover;
-use support::{configmap, free_port, runtime, Server};
-
-/// A node credential for `name`, asked of `server` with its join secret.
-fn credentials(server: &Server, name: &str) -> Credentials {
-    let token = std::fs::read_to_string(server.data_dir.join("join-token")).unwrap();
-    let secret = token.trim().rsplit_once(':').unwrap().1.to_string();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let csr = rcgen::CertificateParams::new(Vec::<String>::new())
-        .unwrap()
-        .serialize_request(&key)
-        .unwrap()
-        .pem()
-        .unwrap();
-    let rt = runtime();
-    let answer = rt.block_on(async {
-        server
-            .api()
-            .with_token(Some(&secret))
-            .post_json(
-                "/litek8s/v1/node-credential",
-                &serde_json::json!({"nodeName": name, "csr": csr}),
-            )
-            .await
-            .unwrap()
-    });
-    assert_eq!(answer.status, 200, "{}", answer.text());
-    let answer = answer.json();
-    Credentials {
-        ca_pem: answer["ca"].as_str().unwrap().to_string(),
-        cert_pem: answer["certificate"].as_str().unwrap().to_string(),
-        key_pem: key.serialize_pem(),
-    }
-}
+use support::{configmap, free_port, node_credentials as credentials, runtime, Server};
 
 #[test]
 fn requests_skip_a_dead_server_and_watches_stream_until_their_server_dies() {

@@ -22,6 +22,7 @@
 //!   `/etc/hosts`, hostname, `resolv.conf`.
 
 pub mod api;
+pub mod dns;
 pub mod images;
 pub mod join;
 pub(crate) mod node;

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::api::ApiClient;
+use super::dns::{self, DnsSettings, ZoneSettings};
 use super::images::{ImageSettings, Images};
 use super::join::{self, JoinError};
 use super::node::lease::LeaseRenewer;
@@ -29,7 +30,7 @@ use super::pods::env::NodeAllocatable;
 use super::pods::{self, PodCounts, PodsDeps, PodsSettings};
 use super::runtime::{self, Runtime, RuntimeKind, RuntimeSettings};
 use super::sandbox::{SandboxSettings, Sandboxes};
-use super::settings::{AgentSettings, RuntimeChoice};
+use super::settings::{AgentSettings, DnsListen, RuntimeChoice};
 use super::streams::StreamsDeps;
 use crate::failover::{discovery, health, Failover, StateFile};
 use crate::http_client::{TlsError, Transport};
@@ -170,6 +171,16 @@ async fn start_pods(
 
     let mut sandbox_settings = SandboxSettings::new(&settings.node_dir);
     sandbox_settings.cni.bridge = settings.cni_bridge.clone();
+    sandbox_settings.cluster_dns = Some(settings.cluster_dns);
+    sandbox_settings.cluster_domain = settings.cluster_domain.clone();
+    tokio::spawn(run_dns(
+        settings.clone(),
+        api.clone(),
+        sandbox_settings.resolv_conf.clone(),
+        sandbox_settings.resolved_upstream.clone(),
+        state.pod_cidr.subscribe(),
+        stop.clone(),
+    ));
     let sandboxes = Arc::new(Sandboxes::new(
         sandbox_settings,
         state.pod_cidr.borrow().clone(),
@@ -220,6 +231,58 @@ fn node_allocatable(settings: &AgentSettings, machine: &Machine) -> NodeAllocata
                 .saturating_sub(kept(eviction.nodefs_available, machine.storage_bytes)),
         ),
     }
+}
+
+/// The cluster DNS responder, on `--dns-listen` or, by default, port 53 of the pod bridge's
+/// gateway once the node's podCIDR is known. A failure to listen is logged and tried again:
+/// the node runs on without cluster DNS rather than not at all.
+async fn run_dns(
+    settings: AgentSettings,
+    api: ApiClient,
+    resolv_conf: PathBuf,
+    resolved_upstream: PathBuf,
+    mut cidr: watch::Receiver<Option<String>>,
+    stop: CancellationToken,
+) {
+    let listen = match settings.dns_listen {
+        DnsListen::Off => return,
+        DnsListen::At(addr) => addr,
+        DnsListen::Gateway => loop {
+            if let Some(gw) = cidr.borrow_and_update().as_deref().and_then(gateway) {
+                break std::net::SocketAddr::new(gw, 53);
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                changed = cidr.changed() => if changed.is_err() { return },
+            }
+        },
+    };
+    let dns = DnsSettings {
+        zone: ZoneSettings {
+            domain: settings.cluster_domain.clone(),
+            dns_ip: Some(settings.cluster_dns),
+        },
+        listen,
+        upstreams: dns::host_upstreams(&resolv_conf, &resolved_upstream),
+    };
+    loop {
+        match dns::start(api.clone(), dns.clone(), stop.clone()).await {
+            Ok(_) => return,
+            Err(e) => tracing::error!(component = "dns", "cluster DNS not started: {e}"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+        }
+    }
+}
+
+/// The first address of an IPv4 podCIDR: the bridge's gateway (the CNI bridge plugin's
+/// default with `isGateway`).
+fn gateway(cidr: &str) -> Option<std::net::IpAddr> {
+    let (net, _) = cidr.split_once('/')?;
+    let net: std::net::Ipv4Addr = net.parse().ok()?;
+    Some(std::net::Ipv4Addr::from(u32::from(net).checked_add(1)?).into())
 }
 
 /// Keeps the sandboxes' pod network on the node's `spec.podCIDR`.
@@ -413,7 +476,11 @@ pub async fn run_until(
             super::proxy::SyncSettings::new(
                 &settings.node_name,
                 settings.cluster_cidr,
-                Some(settings.cluster_dns),
+                // The rules are IPv4; an IPv6 cluster DNS address gets no redirect.
+                match settings.cluster_dns {
+                    std::net::IpAddr::V4(v4) => Some(v4),
+                    std::net::IpAddr::V6(_) => None,
+                },
             ),
             stop.clone(),
         ));
@@ -512,5 +579,15 @@ async fn report(
             _ = ticks.tick() => {}
             _ = ready.changed() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_gateway_is_the_first_address_of_the_pod_cidr() {
+        assert_eq!(super::gateway("10.42.3.0/24"), Some([10, 42, 3, 1].into()));
+        assert_eq!(super::gateway("fd00::/64"), None);
+        assert_eq!(super::gateway("junk"), None);
     }
 }

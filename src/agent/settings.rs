@@ -8,7 +8,7 @@
 //! on a command line (and a unit keeps it in an environment file).
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -50,16 +50,35 @@ pub struct AgentFlags {
     pub cni_bridge: Option<String>,
     /// `--cluster-cidr` (default [`DEFAULT_CLUSTER_CIDR`]).
     pub cluster_cidr: Option<String>,
-    /// `--cluster-dns` (default [`DEFAULT_CLUSTER_DNS`]).
-    pub cluster_dns: Option<Ipv4Addr>,
     /// `--disable-proxy`: no Service rules, no pod routes.
     pub disable_proxy: bool,
+    /// `--cluster-dns`: the `kube-dns` Service's ClusterIP, pods' nameserver.
+    pub cluster_dns: Option<IpAddr>,
+    /// `--cluster-domain`.
+    pub cluster_domain: Option<String>,
+    /// `--dns-listen`: where the cluster DNS responder listens.
+    pub dns_listen: Option<String>,
+}
+
+/// The `kube-dns` Service's ClusterIP unless `--cluster-dns` says otherwise (k3s's).
+pub const DEFAULT_CLUSTER_DNS: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 43, 0, 10));
+/// The cluster domain unless `--cluster-domain` says otherwise.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
+
+/// Where the cluster DNS responder listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DnsListen {
+    /// Port 53 of the pod bridge's gateway, the first address of the node's podCIDR (where
+    /// the Service proxy sends the `kube-dns` ClusterIP), once the podCIDR is known.
+    Gateway,
+    /// An address given (tests, or a machine whose proxy sends DNS elsewhere).
+    At(std::net::SocketAddr),
+    /// No responder on this node.
+    Off,
 }
 
 /// The cluster's pod network unless `--cluster-cidr` says otherwise (the servers' default).
 pub const DEFAULT_CLUSTER_CIDR: &str = "10.42.0.0/16";
-/// The cluster DNS Service's address unless `--cluster-dns` says otherwise.
-pub const DEFAULT_CLUSTER_DNS: Ipv4Addr = Ipv4Addr::new(10, 43, 0, 10);
 
 /// The bridge the generated pod network uses unless `--cni-bridge` names another.
 pub const DEFAULT_CNI_BRIDGE: &str = "litek8s0";
@@ -167,10 +186,13 @@ pub struct AgentSettings {
     pub cni_bridge: String,
     /// The cluster's pod network (every node's podCIDR is inside it).
     pub cluster_cidr: Cidr,
-    /// The cluster DNS Service's address.
-    pub cluster_dns: Ipv4Addr,
     /// Whether the Service proxy and the pod routes run.
     pub proxy: bool,
+    /// The `kube-dns` ClusterIP: the nameserver of ClusterFirst pods.
+    pub cluster_dns: IpAddr,
+    /// `cluster.local`: lower case, without dots at the ends.
+    pub cluster_domain: String,
+    pub dns_listen: DnsListen,
 }
 
 impl std::fmt::Debug for AgentSettings {
@@ -230,6 +252,10 @@ pub enum SettingsError {
     ClusterCidr(String),
     #[error("--insecure-registry {0:?}: expected HOST or HOST:PORT")]
     Registry(String),
+    #[error("--cluster-domain {0:?}: expected a DNS name such as cluster.local")]
+    ClusterDomain(String),
+    #[error("--dns-listen {0:?}: expected IP, IP:PORT, or 0 to turn the responder off")]
+    DnsListen(String),
 }
 
 impl AgentSettings {
@@ -345,12 +371,24 @@ impl AgentSettings {
         let cluster_cidr = Cidr::parse(&cluster_cidr_text)
             .filter(|c| c.prefix >= 8)
             .ok_or(SettingsError::ClusterCidr(cluster_cidr_text))?;
+        let domain = flags
+            .cluster_domain
+            .as_deref()
+            .unwrap_or(DEFAULT_CLUSTER_DOMAIN)
+            .trim_matches('.')
+            .to_ascii_lowercase();
+        if !crate::api::validation::is_dns1123_subdomain(&domain) {
+            return Err(SettingsError::ClusterDomain(domain));
+        }
+        let dns_listen = parse_dns_listen(flags.dns_listen.as_deref())?;
         Ok(AgentSettings {
             server,
             token,
             cluster_cidr,
-            cluster_dns: flags.cluster_dns.unwrap_or(DEFAULT_CLUSTER_DNS),
             proxy: !flags.disable_proxy,
+            cluster_dns: flags.cluster_dns.unwrap_or(DEFAULT_CLUSTER_DNS),
+            cluster_domain: domain,
+            dns_listen,
             log_dir: flags
                 .log_dir
                 .clone()
@@ -370,6 +408,23 @@ impl AgentSettings {
             status_report_frequency: flags.node_status_report_frequency,
             server_check_interval: SERVER_CHECK_INTERVAL,
         })
+    }
+}
+
+/// `--dns-listen`: `IP` (port 53), `IP:PORT`, `0` or empty (off); not given: the gateway.
+fn parse_dns_listen(given: Option<&str>) -> Result<DnsListen, SettingsError> {
+    let Some(given) = given.map(str::trim) else {
+        return Ok(DnsListen::Gateway);
+    };
+    if given.is_empty() || given == "0" {
+        return Ok(DnsListen::Off);
+    }
+    if let Ok(addr) = given.parse() {
+        return Ok(DnsListen::At(addr));
+    }
+    match given.parse::<IpAddr>() {
+        Ok(ip) => Ok(DnsListen::At(std::net::SocketAddr::new(ip, 53))),
+        Err(_) => Err(SettingsError::DnsListen(given.to_string())),
     }
 }
 
@@ -587,8 +642,47 @@ mod tests {
         assert_eq!(s.log_dir, PathBuf::from("/tmp/x/logs"));
         assert_eq!(s.cni_bridge, "litek8s0");
         assert_eq!(s.cluster_cidr.to_string(), "10.42.0.0/16");
-        assert_eq!(s.cluster_dns, Ipv4Addr::new(10, 43, 0, 10));
         assert!(s.proxy);
+        assert_eq!(s.cluster_dns, IpAddr::from([10, 43, 0, 10]));
+        assert_eq!(s.cluster_domain, "cluster.local");
+        assert_eq!(s.dns_listen, DnsListen::Gateway);
+    }
+
+    #[test]
+    fn dns_flags() {
+        let with = |domain: &str, listen: &str| {
+            AgentSettings::resolve(AgentFlags {
+                cluster_domain: Some(domain.into()),
+                dns_listen: Some(listen.into()),
+                ..flags()
+            })
+        };
+        let s = with("Cluster.Example.", "127.0.0.1:5353").unwrap();
+        assert_eq!(s.cluster_domain, "cluster.example");
+        assert_eq!(
+            s.dns_listen,
+            DnsListen::At("127.0.0.1:5353".parse().unwrap())
+        );
+        assert_eq!(
+            with("cluster.local", "10.42.0.1").unwrap().dns_listen,
+            DnsListen::At("10.42.0.1:53".parse().unwrap())
+        );
+        assert_eq!(
+            with("cluster.local", "0").unwrap().dns_listen,
+            DnsListen::Off
+        );
+        assert_eq!(
+            with("cluster.local", "").unwrap().dns_listen,
+            DnsListen::Off
+        );
+        assert!(with("cluster.local", "nope")
+            .unwrap_err()
+            .to_string()
+            .starts_with("--dns-listen"));
+        assert!(with("bad domain", "0")
+            .unwrap_err()
+            .to_string()
+            .starts_with("--cluster-domain"));
     }
 
     #[test]

@@ -145,6 +145,8 @@ fn node_rules() -> Vec<PolicyRule> {
             &["localsubjectaccessreviews", "subjectaccessreviews"],
         ),
         r(READ, &[""], &["services"]),
+        // The agent's cluster DNS and Service proxy follow every Service's endpoints.
+        r(READ, &["discovery.k8s.io"], &["endpointslices"]),
         r(&["create", "get", "list", "watch"], &[""], &["nodes"]),
         r(&["patch", "update"], &[""], &["nodes/status"]),
         r(&["patch", "update"], &[""], &["nodes"]),

@@ -1,6 +1,6 @@
 //! Flags of `litek8s agent`; resolved into `AgentSettings` by `agent::settings`.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -105,11 +105,6 @@ pub struct AgentArgs {
     #[arg(long, value_name = "CIDR", default_value = "10.42.0.0/16")]
     pub cluster_cidr: String,
 
-    /// The cluster DNS Service's address; this node's rules send it to the node's own DNS
-    /// responder.
-    #[arg(long, value_name = "IP", default_value = "10.43.0.10")]
-    pub cluster_dns: Ipv4Addr,
-
     /// Run no Service proxy and keep no pod routes (another proxy owns them).
     #[arg(long)]
     pub disable_proxy: bool,
@@ -118,6 +113,21 @@ pub struct AgentArgs {
     /// exit; pods and credentials are left alone.
     #[arg(long)]
     pub cleanup: bool,
+
+    /// The cluster DNS Service's ClusterIP: the nameserver of pods with dnsPolicy ClusterFirst
+    /// [default: 10.43.0.10].
+    #[arg(long, value_name = "IP")]
+    pub cluster_dns: Option<IpAddr>,
+
+    /// The cluster's DNS domain [default: cluster.local].
+    #[arg(long, value_name = "DOMAIN")]
+    pub cluster_domain: Option<String>,
+
+    /// Where this node's cluster DNS responder listens, UDP and TCP: IP or IP:PORT; 0 turns
+    /// it off [default: port 53 of the pod bridge's gateway, the first address of the node's
+    /// podCIDR, where the Service rules send the cluster DNS ClusterIP].
+    #[arg(long, value_name = "ADDR")]
+    pub dns_listen: Option<String>,
 }
 
 impl AgentArgs {
@@ -145,8 +155,10 @@ impl AgentArgs {
             insecure_registries: self.insecure_registries,
             cni_bridge: self.cni_bridge,
             cluster_cidr: Some(self.cluster_cidr),
-            cluster_dns: Some(self.cluster_dns),
             disable_proxy: self.disable_proxy,
+            cluster_dns: self.cluster_dns,
+            cluster_domain: self.cluster_domain,
+            dns_listen: self.dns_listen,
         })?)
     }
 

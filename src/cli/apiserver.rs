@@ -8,7 +8,7 @@ use clap::Args;
 
 use crate::cluster::ClusterFlags;
 use crate::controllers::node_ipam::ClusterCidr;
-use crate::server::settings::{first_service_ip, ServerSettings};
+use crate::server::settings::{cluster_dns_ip, first_service_ip, ServerSettings};
 
 /// The long help of `litek8s apiserver --help`.
 pub const LONG_ABOUT: &str =
@@ -51,6 +51,12 @@ pub struct ApiserverArgs {
     /// Service CIDR; its first address is the `kubernetes` Service's ClusterIP.
     #[arg(long, value_name = "CIDR", default_value = "10.43.0.0/16")]
     pub service_cidr: String,
+
+    /// ClusterIP of the cluster DNS Service (kube-system/kube-dns), inside --service-cidr;
+    /// every agent answers DNS for its pods behind it [default: the CIDR's tenth address,
+    /// 10.43.0.10].
+    #[arg(long, value_name = "IP")]
+    pub cluster_dns: Option<IpAddr>,
 
     /// Watch events kept for watches that resume from an older resourceVersion.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
@@ -154,6 +160,7 @@ impl ApiserverArgs {
             }
         };
         let kubernetes_service_ip = first_service_ip(&self.service_cidr)?;
+        let cluster_dns = cluster_dns_ip(&self.service_cidr, self.cluster_dns)?;
         if self.watch_history == 0 {
             anyhow::bail!("--watch-history must be at least 1");
         }
@@ -169,6 +176,7 @@ impl ApiserverArgs {
             hostname,
             service_cidr: self.service_cidr,
             kubernetes_service_ip,
+            cluster_dns: Some(cluster_dns),
             watch_history: self.watch_history,
             event_ttl: self.event_ttl,
             node_monitor_grace_period: self.node_monitor_grace_period,

@@ -58,6 +58,9 @@ pub struct ApiServers {
     pub port: u16,
     /// The Service's ClusterIP: the first address of the service CIDR.
     pub service_ip: IpAddr,
+    /// The `kube-system/kube-dns` Service's ClusterIP (`--cluster-dns`); `None`: no such
+    /// Service is made.
+    pub dns_service_ip: Option<IpAddr>,
 }
 
 /// Creates or repairs the bootstrap objects.
@@ -104,6 +107,30 @@ pub async fn ensure_all(client: &Client, servers: &ApiServers) -> Result<(), Boo
         &["addressType", "endpoints", "ports"],
     )
     .await?;
+    if let Some(dns_ip) = servers.dns_service_ip {
+        // The cluster DNS: answered by every node's agent (the Service rules send its port 53
+        // to the node's own responder), so it has no selector and no endpoints. Made once and
+        // then left to the cluster's admin, like the DNS add-on's objects; its ClusterIP
+        // cannot change anyway.
+        ensure(
+            client,
+            kind("", "serviceaccounts"),
+            "kube-system",
+            "kube-dns",
+            kube_dns_service_account(),
+            &[],
+        )
+        .await?;
+        ensure(
+            client,
+            kind("", "services"),
+            "kube-system",
+            "kube-dns",
+            kube_dns_service(dns_ip),
+            &[],
+        )
+        .await?;
+    }
     Ok(())
 }
 
@@ -242,6 +269,40 @@ fn kubernetes_service(cluster_ip: IpAddr, api_port: u16) -> Value {
     })
 }
 
+fn kube_dns_service_account() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "kube-dns", "namespace": "kube-system"},
+    })
+}
+
+/// The Service the DNS add-on of kubeadm and k3s installs, under the same name and labels
+/// (clients look for `k8s-app=kube-dns`), without the metrics port (no metrics are served).
+fn kube_dns_service(cluster_ip: IpAddr) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "kube-dns",
+            "namespace": "kube-system",
+            "labels": {"k8s-app": "kube-dns", "kubernetes.io/cluster-service": "true",
+                       "kubernetes.io/name": "KubeDNS"},
+        },
+        "spec": {
+            "clusterIP": cluster_ip.to_string(),
+            "clusterIPs": [cluster_ip.to_string()],
+            "ports": [
+                {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
+            ],
+            "type": "ClusterIP",
+            "ipFamilies": [family(&cluster_ip)],
+            "ipFamilyPolicy": "SingleStack",
+        },
+    })
+}
+
 fn kubernetes_endpoints(node_ips: &[IpAddr], api_port: u16) -> Value {
     let addresses: Vec<Value> = node_ips
         .iter()
@@ -295,6 +356,7 @@ mod tests {
             ips: vec!["127.0.0.1".parse().unwrap()],
             port,
             service_ip: "10.43.0.1".parse().unwrap(),
+            dns_service_ip: None,
         }
     }
 
@@ -392,6 +454,47 @@ mod tests {
             .value();
         assert_eq!(slice["ports"][0]["port"], 7443);
         assert_eq!(slice["endpoints"][0]["conditions"]["ready"], true);
+    }
+
+    #[tokio::test]
+    async fn the_cluster_dns_service_and_its_account_are_made_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = wal_context(dir.path());
+        let client = apiserver_client(&ctx);
+        let with_dns = ApiServers {
+            dns_service_ip: Some("10.43.0.10".parse().unwrap()),
+            ..servers(6443)
+        };
+        ensure_all(&client, &with_dns).await.unwrap();
+        let rv = ctx.store.resource_version();
+        ensure_all(&client, &with_dns).await.unwrap();
+        assert_eq!(
+            ctx.store.resource_version(),
+            rv,
+            "second run must not write"
+        );
+        let svc = ctx
+            .store
+            .get(&ObjectKey::new("services", "kube-system", "kube-dns"))
+            .unwrap()
+            .value();
+        assert_eq!(svc["spec"]["clusterIP"], "10.43.0.10");
+        assert_eq!(svc["metadata"]["labels"]["k8s-app"], "kube-dns");
+        let ports: Vec<(&str, &str)> = svc["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["name"].as_str().unwrap(), p["protocol"].as_str().unwrap()))
+            .collect();
+        assert_eq!(ports, [("dns", "UDP"), ("dns-tcp", "TCP")]);
+        assert!(ctx
+            .store
+            .get(&ObjectKey::new(
+                "serviceaccounts",
+                "kube-system",
+                "kube-dns"
+            ))
+            .is_some());
     }
 
     #[test]

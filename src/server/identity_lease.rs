@@ -142,6 +142,7 @@ mod tests {
                 ips: vec!["127.0.0.1".parse().unwrap()],
                 port: 6443,
                 service_ip: "10.43.0.1".parse().unwrap(),
+                dns_service_ip: None,
             },
         )
         .await

@@ -235,6 +235,7 @@ pub async fn run_until(
     // The leader-gated singletons, the same in both modes.
     let api_server_ips = backend.api_server_ips(settings.advertised_ips());
     let (service_ip, api_port) = (settings.kubernetes_service_ip, bound.port());
+    let dns_service_ip = settings.cluster_dns;
     tokio::spawn(runner::run(
         RunnerInputs {
             leading: backend.leading(),
@@ -244,6 +245,7 @@ pub async fn run_until(
                 ips: api_server_ips(),
                 port: api_port,
                 service_ip,
+                dns_service_ip,
             }),
             bootstrap_delay: crate::failpoints::bootstrap_delay().unwrap_or_default(),
             settings: ControllerSettings {

@@ -25,6 +25,9 @@ pub struct ServerSettings {
     pub service_cidr: String,
     /// First address of the service CIDR: the `kubernetes` Service's ClusterIP.
     pub kubernetes_service_ip: IpAddr,
+    /// `--cluster-dns`: the `kube-system/kube-dns` Service's ClusterIP, inside the service
+    /// CIDR (by default its tenth address, as k3s picks it).
+    pub cluster_dns: Option<IpAddr>,
     /// Watch events kept for resuming watches.
     pub watch_history: usize,
     /// How long Events are kept after their last update (`--event-ttl`).
@@ -109,8 +112,76 @@ pub fn first_service_ip(cidr: &str) -> Result<IpAddr, CidrError> {
     }
 }
 
+/// The cluster DNS Service's ClusterIP: `given`, which must lie inside `cidr`, or the
+/// CIDR's tenth address (10.43.0.0/16 → 10.43.0.10, k3s's default).
+pub fn cluster_dns_ip(cidr: &str, given: Option<IpAddr>) -> Result<IpAddr, CidrError> {
+    let first = first_service_ip(cidr)?;
+    let err = |reason| CidrError {
+        cidr: cidr.to_string(),
+        reason,
+    };
+    let prefix: u32 = cidr
+        .split_once('/')
+        .and_then(|(_, p)| p.parse().ok())
+        .ok_or_else(|| err("expected ADDR/PREFIX"))?;
+    let (network, ip, bits) = match (first, given) {
+        (IpAddr::V4(f), None) => {
+            let ten = u32::from(f)
+                .checked_add(9)
+                .ok_or_else(|| err("too small"))?;
+            return Ok(IpAddr::V4(Ipv4Addr::from(ten)));
+        }
+        (IpAddr::V6(f), None) => return Ok(IpAddr::V6(Ipv6Addr::from(u128::from(f) + 9))),
+        (IpAddr::V4(f), Some(IpAddr::V4(g))) => {
+            (u32::from(f) as u128 - 1, u32::from(g) as u128, 32)
+        }
+        (IpAddr::V6(f), Some(IpAddr::V6(g))) => (u128::from(f) - 1, u128::from(g), 128),
+        _ => {
+            return Err(err(
+                "--cluster-dns is not of the service CIDR's address family",
+            ))
+        }
+    };
+    let host_bits = bits - prefix;
+    let size = if host_bits >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << host_bits) - 1
+    };
+    if ip <= network || ip - network >= size {
+        return Err(err(
+            "--cluster-dns must be an address inside the service CIDR",
+        ));
+    }
+    Ok(given.unwrap_or(first))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_cluster_dns_address_lies_in_the_service_cidr() {
+        use super::cluster_dns_ip;
+        assert_eq!(
+            cluster_dns_ip("10.43.0.0/16", None).unwrap().to_string(),
+            "10.43.0.10"
+        );
+        assert_eq!(
+            cluster_dns_ip("10.96.0.0/12", None).unwrap().to_string(),
+            "10.96.0.10"
+        );
+        let given = Some("10.43.9.9".parse().unwrap());
+        assert_eq!(
+            cluster_dns_ip("10.43.0.0/16", given).unwrap().to_string(),
+            "10.43.9.9"
+        );
+        for outside in ["10.44.0.10", "10.43.0.0", "10.43.255.255", "fd00::10"] {
+            assert!(
+                cluster_dns_ip("10.43.0.0/16", Some(outside.parse().unwrap())).is_err(),
+                "{outside}"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]

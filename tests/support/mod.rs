@@ -763,3 +763,35 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("tokio runtime")
 }
+
+/// A node credential for `name`, asked of `server` with its join secret.
+pub fn node_credentials(server: &Server, name: &str) -> litek8s::agent::join::Credentials {
+    let token = std::fs::read_to_string(server.data_dir.join("join-token")).unwrap();
+    let secret = token.trim().rsplit_once(':').unwrap().1.to_string();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let csr = rcgen::CertificateParams::new(Vec::<String>::new())
+        .unwrap()
+        .serialize_request(&key)
+        .unwrap()
+        .pem()
+        .unwrap();
+    let rt = runtime();
+    let answer = rt.block_on(async {
+        server
+            .api()
+            .with_token(Some(&secret))
+            .post_json(
+                "/litek8s/v1/node-credential",
+                &serde_json::json!({"nodeName": name, "csr": csr}),
+            )
+            .await
+            .unwrap()
+    });
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let answer = answer.json();
+    litek8s::agent::join::Credentials {
+        ca_pem: answer["ca"].as_str().unwrap().to_string(),
+        cert_pem: answer["certificate"].as_str().unwrap().to_string(),
+        key_pem: key.serialize_pem(),
+    }
+}

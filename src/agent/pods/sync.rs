@@ -35,7 +35,7 @@ use super::worker::Worker;
 use crate::agent::api::PatchType;
 use crate::agent::images::{ImageRecord, Keyring, PullPolicy, Reference};
 use crate::agent::runtime::{logs, ContainerState, ContainerStatus};
-use crate::agent::sandbox::{DnsConfig, HostAlias, PortMapping, SandboxSpec};
+use crate::agent::sandbox::{DnsConfig, DnsPolicy, HostAlias, PodDns, PortMapping, SandboxSpec};
 use crate::api::meta::format_time;
 
 /// The soonest a pod must be looked at again.
@@ -113,22 +113,21 @@ pub(super) fn sandbox_spec(pod: &Pod) -> SandboxSpec {
             })
         })
         .collect();
-    if spec.dns_policy.as_deref() == Some("None") {
-        if let Some(cfg) = &spec.dns_config {
-            s.dns = Some(DnsConfig {
-                nameservers: cfg.nameservers.clone(),
-                searches: cfg.searches.clone(),
-                options: cfg
-                    .options
-                    .iter()
-                    .map(|o| match &o.value {
-                        Some(v) => format!("{}:{v}", o.name),
-                        None => o.name.clone(),
-                    })
-                    .collect(),
-            });
-        }
-    }
+    s.dns = PodDns {
+        policy: DnsPolicy::parse(spec.dns_policy.as_deref()),
+        config: spec.dns_config.as_ref().map(|cfg| DnsConfig {
+            nameservers: cfg.nameservers.clone(),
+            searches: cfg.searches.clone(),
+            options: cfg
+                .options
+                .iter()
+                .map(|o| match &o.value {
+                    Some(v) => format!("{}:{v}", o.name),
+                    None => o.name.clone(),
+                })
+                .collect(),
+        }),
+    };
     s
 }
 
@@ -672,7 +671,8 @@ mod tests {
         assert_eq!(s.port_mappings.len(), 1);
         assert_eq!(s.port_mappings[0].host_port, 8080);
         assert_eq!(s.port_mappings[0].protocol, "tcp");
-        let dns = s.dns.unwrap();
+        assert_eq!(s.dns.policy, DnsPolicy::None);
+        let dns = s.dns.config.unwrap();
         assert_eq!(dns.options, ["ndots:2", "edns0"]);
         assert_eq!(s.host_aliases[0].hostnames, ["a"]);
     }

@@ -25,6 +25,7 @@ mod cni;
 mod error;
 mod files;
 mod namespaces;
+mod resolv;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,7 @@ pub use cni::{
 };
 pub use error::SandboxError;
 pub use files::{DnsConfig, HostAlias};
+pub use resolv::{DnsPolicy, PodDns};
 
 use super::runtime::{NamespaceMode, PodRef, PodSandbox};
 use namespaces::Kind;
@@ -48,8 +50,11 @@ pub struct SandboxSettings {
     /// `<node-dir>/pods`.
     pub pods_dir: PathBuf,
     pub cni: CniSettings,
-    /// For pods' FQDNs in `/etc/hosts` (`cluster.local`).
+    /// For pods' FQDNs in `/etc/hosts` and their DNS search list (`cluster.local`).
     pub cluster_domain: String,
+    /// The cluster DNS Service's address, nameserver of ClusterFirst pods; `None`: pods get
+    /// the host's resolvers.
+    pub cluster_dns: Option<IpAddr>,
     /// The host's resolver config (`/etc/resolv.conf`).
     pub resolv_conf: PathBuf,
     /// systemd-resolved's upstream list, used when `resolv_conf` names only the stub.
@@ -64,6 +69,7 @@ impl SandboxSettings {
             pods_dir: node_dir.join("pods"),
             cni: CniSettings::new(node_dir),
             cluster_domain: "cluster.local".into(),
+            cluster_dns: None,
             resolv_conf: "/etc/resolv.conf".into(),
             resolved_upstream: "/run/systemd/resolve/resolv.conf".into(),
             hosts_file: "/etc/hosts".into(),
@@ -85,8 +91,8 @@ pub struct SandboxSpec {
     pub host_aliases: Vec<HostAlias>,
     /// The containers' `hostPort`s.
     pub port_mappings: Vec<PortMapping>,
-    /// `None`: the host's resolver config.
-    pub dns: Option<DnsConfig>,
+    /// `dnsPolicy` and `dnsConfig` (`resolv.conf`: `resolv`).
+    pub dns: PodDns,
 }
 
 impl SandboxSpec {
@@ -103,7 +109,7 @@ impl SandboxSpec {
             host_pid: false,
             host_aliases: Vec::new(),
             port_mappings: Vec::new(),
-            dns: None,
+            dns: PodDns::default(),
         }
     }
 }
@@ -404,11 +410,22 @@ impl Sandboxes {
         } else {
             spec.hostname.clone()
         };
-        let resolv = match &spec.dns {
-            Some(dns) => files::resolv_conf(dns),
-            None => files::host_resolv_conf(&s.resolv_conf, &s.resolved_upstream)
-                .map_err(|e| SandboxError::io(s.resolv_conf.display().to_string(), e))?,
-        };
+        let cluster = s.cluster_dns.map(|nameserver| resolv::ClusterDns {
+            nameserver,
+            domain: s.cluster_domain.clone(),
+        });
+        let dns = resolv::pod_resolv(
+            &spec.pod.namespace,
+            spec.host_network,
+            &spec.dns,
+            cluster.as_ref(),
+            || {
+                files::host_resolv_conf(&s.resolv_conf, &s.resolved_upstream)
+                    .map(|text| resolv::parse_host(&text))
+            },
+        )
+        .map_err(|e| SandboxError::io(s.resolv_conf.display().to_string(), e))?;
+        let resolv = files::resolv_conf(&dns);
         for (name, text) in [
             (paths::HOSTS, hosts),
             (paths::HOSTNAME, format!("{hostname}\n")),
