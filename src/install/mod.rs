@@ -17,7 +17,8 @@
 //! `uninstall` stops and disables the units, removes the files listed in the manifest
 //! ([`artifacts::MANIFEST`]) and nothing a package owns; `--purge-data` also removes the data
 //! and runtime directories, kills what the agent left running (containers outlive an agent
-//! stop by design) and unmounts their filesystems.
+//! stop by design), unmounts their filesystems, and removes the agent's nftables table and pod
+//! routes.
 
 pub mod artifacts;
 pub mod host;
@@ -396,6 +397,7 @@ fn uninstall(purge_data: bool) -> anyhow::Result<()> {
     }
     if purge_data {
         stop_leftovers(Daemon::Agent.unit());
+        remove_agent_rules();
     }
     let manifest = host::manifest();
     for path in &manifest {
@@ -463,6 +465,23 @@ fn stop_leftovers(unit: &str) {
         }
     }
     std::thread::sleep(Duration::from_millis(300));
+}
+
+/// Removes the agent's Service rules (nftables table) and pod routes, as `litek8s agent
+/// --cleanup` does, while this binary is still installed.
+fn remove_agent_rules() {
+    let me = std::env::current_exe().unwrap_or_else(|_| BINARY.into());
+    match std::process::Command::new(&me)
+        .args(["agent", "--cleanup"])
+        .stdout(std::process::Stdio::null())
+        .status()
+    {
+        Ok(status) if status.success() => {
+            println!("removed the agent's Service rules and pod routes")
+        }
+        Ok(status) => eprintln!("litek8s agent --cleanup: {status}"),
+        Err(e) => eprintln!("litek8s agent --cleanup: {e}"),
+    }
 }
 
 /// Unmounts every mount at or below `dir`, deepest first.

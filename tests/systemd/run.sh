@@ -598,6 +598,8 @@ test_install() {
         sleep 0.5
     done
     check "install: a pod runs on the server's node" sh -c "nsenter -t $spid -a pgrep -f 'sleep 3600' >/dev/null"
+    check "install: the agent's Service rules are in place (nftables table inet litek8s)" sh -c \
+        "nsenter -t $spid -a nft list table inet litek8s >/dev/null"
 
     t1=$(in_ct "$spid" systemctl show -p ActiveEnterTimestampMonotonic --value litek8s-server)
     a1=$(in_ct "$spid" systemctl show -p ActiveEnterTimestampMonotonic --value litek8s-agent)
@@ -649,6 +651,8 @@ test_install() {
     check "uninstall: no litek8s, conmon or container process left" sh -c \
         "! nsenter -t $spid -a pgrep -x 'litek8s|conmon' >/dev/null && ! nsenter -t $apid -a pgrep -x 'litek8s|conmon' >/dev/null &&
          ! nsenter -t $spid -a pgrep -f 'sleep 3600' >/dev/null"
+    check "uninstall: no Service rules left (nftables table inet litek8s)" sh -c \
+        "! nsenter -t $spid -a nft list table inet litek8s >/dev/null 2>&1"
     check "uninstall: no mount left below /var/lib/litek8s" sh -c \
         "! nsenter -t $spid -a grep -q ' /var/lib/litek8s' /proc/self/mountinfo"
     check "uninstall: the units are gone" sh -c \
