@@ -108,21 +108,17 @@ pub fn packaged_unit(daemon: Daemon) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Whether a package owns `path`: dpkg's file lists of the litek8s packages, or `rpm -qf`.
+/// Whether a package owns `path`: `dpkg-query -S` (dpkg's interface; its database is not
+/// read directly), or `rpm -qf`.
 pub fn packaged(path: &str) -> bool {
-    let dpkg = ["litek8s", "litek8s-server", "litek8s-agent", "litek8s-lb"]
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(format!("/var/lib/dpkg/info/{p}.list")).ok())
-        .any(|list| list.lines().any(|l| l == path));
-    dpkg || rpm_owns(path)
+    owned_by(&["dpkg-query", "-S", path])
+        || (Path::new("/var/lib/rpm").is_dir() && owned_by(&["rpm", "-qf", "--quiet", path]))
 }
 
-fn rpm_owns(path: &str) -> bool {
-    if !Path::new("/var/lib/rpm").is_dir() {
-        return false;
-    }
-    std::process::Command::new("rpm")
-        .args(["-qf", "--quiet", path])
+/// Whether the query command succeeds (the file belongs to a package).
+fn owned_by(command: &[&str]) -> bool {
+    std::process::Command::new(command[0])
+        .args(&command[1..])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
