@@ -15,6 +15,8 @@
 //! - [`images`]: pulling, importing and storing container images, root filesystems.
 //! - [`pods`]: the pod workers: the pods bound to this node run, restarted, stopped and
 //!   reported as kubelet does; their containers' environment, volumes and probes.
+//! - [`reflector`]: one API collection followed by list and watch (the pods' source, the
+//!   Service proxy and the cluster DNS each use it).
 //! - [`run`]: the assembly, sd_notify, shutdown.
 //! - [`runtime`]: runc or crun under conmon: detection, OCI `config.json`, container
 //!   lifecycle, state on disk adopted after an agent restart.
@@ -28,6 +30,7 @@ pub mod join;
 pub(crate) mod node;
 pub mod pods;
 pub mod proxy;
+pub mod reflector;
 pub(crate) mod run;
 pub mod runtime;
 pub mod sandbox;

@@ -1,12 +1,10 @@
-//! The cache's feed: for each kind (Services, EndpointSlices, Pods) a list, then a watch from
-//! the list's resourceVersion, started again from the last version seen when it ends, and a
-//! new list when the server no longer has that version (410 or an `ERROR` event). One task
+//! The cache's feed: each kind (Services, EndpointSlices, Pods) followed by list and watch
+//! ([`reflector`]), its changes queued in order. One task
 //! applies the events to the [`Cache`] and, once no more are waiting, builds the zone again
 //! and swaps it in, so a burst of changes costs one build.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -14,15 +12,13 @@ use super::cache::{Cache, Kind};
 use super::server::ZoneHandle;
 use super::zone::{Zone, ZoneSettings};
 use crate::agent::api::ApiClient;
+use crate::agent::reflector::{self, Change, Collection};
 
 /// Events waiting to be applied at most (the watches wait when it is full).
 const QUEUE: usize = 1024;
 
-enum Event {
-    Listed(Kind, Vec<Value>),
-    Changed(Kind, Value),
-    Deleted(Kind, Value),
-}
+/// A change of one kind.
+struct Event(Kind, Change);
 
 fn path(kind: Kind) -> &'static str {
     match kind {
@@ -66,105 +62,24 @@ pub async fn run(
     }
 }
 
-fn apply(cache: &mut Cache, event: Event) {
-    match event {
-        Event::Listed(kind, items) => cache.replace(kind, &items),
-        Event::Changed(kind, object) => cache.changed(kind, &object),
-        Event::Deleted(kind, object) => cache.deleted(kind, &object),
+fn apply(cache: &mut Cache, Event(kind, change): Event) {
+    match change {
+        Change::Listed(items) => cache.replace(kind, &items),
+        Change::Changed(object) => cache.changed(kind, &object),
+        Change::Deleted(object) => cache.deleted(kind, &object),
     }
 }
 
+/// Feeds one kind's changes into the queue (the following is [`reflector`]'s).
 async fn follow(api: ApiClient, kind: Kind, events: mpsc::Sender<Event>, stop: CancellationToken) {
-    let mut retry = Duration::from_millis(250);
-    let mut version: Option<String> = None;
-    loop {
-        if version.is_none() {
-            let listed = tokio::select! {
-                _ = stop.cancelled() => return,
-                l = api.get(path(kind)) => l,
-            };
-            match listed {
-                Ok(Some(mut list)) => {
-                    retry = Duration::from_millis(250);
-                    version = list["metadata"]["resourceVersion"]
-                        .as_str()
-                        .map(str::to_string);
-                    let items = match list["items"].take() {
-                        Value::Array(items) => items,
-                        _ => Vec::new(),
-                    };
-                    if events.send(Event::Listed(kind, items)).await.is_err() {
-                        return;
-                    }
-                }
-                other => {
-                    if let Err(e) = other {
-                        tracing::warn!(component = "dns", ?kind, "listing: {e}");
-                    }
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(retry) => {}
-                    }
-                    retry = (retry * 2).min(Duration::from_secs(5));
-                    continue;
-                }
-            }
-        }
-        let started = tokio::time::Instant::now();
-        let watch_path = format!(
-            "{}?watch=true&allowWatchBookmarks=true&resourceVersion={}",
-            path(kind),
-            version.as_deref().unwrap_or_default()
-        );
-        let watching = tokio::select! {
-            _ = stop.cancelled() => return,
-            w = api.watch(&watch_path) => w,
-        };
-        match watching {
-            Ok(mut watch) => loop {
-                let event = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    e = watch.next() => e,
-                };
-                let event = match event {
-                    None => break,
-                    Some(Ok(e)) => e,
-                    Some(Err(e)) => {
-                        tracing::debug!(component = "dns", ?kind, "watching: {e}");
-                        version = None;
-                        break;
-                    }
-                };
-                if let Some(rv) = event.object["metadata"]["resourceVersion"].as_str() {
-                    version = Some(rv.to_string());
-                }
-                let sent = match event.kind.as_str() {
-                    "ADDED" | "MODIFIED" => events.send(Event::Changed(kind, event.object)).await,
-                    "DELETED" => events.send(Event::Deleted(kind, event.object)).await,
-                    "BOOKMARK" => Ok(()),
-                    _ => {
-                        // ERROR: most likely 410 Gone, the version is too old to watch from.
-                        version = None;
-                        break;
-                    }
-                };
-                if sent.is_err() {
-                    return;
-                }
-            },
-            Err(e) => {
-                tracing::debug!(component = "dns", ?kind, "watching: {e}");
-                if e.status().is_some() {
-                    version = None;
-                }
-            }
-        }
-        // A watch that ends at once is not started again in a tight loop.
-        if started.elapsed() < Duration::from_secs(1) {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-        }
-    }
+    let collection = Collection {
+        path: path(kind),
+        resync: None,
+        component: "dns",
+    };
+    reflector::run(&api, collection, &stop, |change| {
+        let events = events.clone();
+        async move { events.send(Event(kind, change)).await.is_ok() }
+    })
+    .await;
 }

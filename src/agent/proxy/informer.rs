@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::model::{Node, ObjectKey, Service, Slice, Snapshot};
 use crate::agent::api::ApiClient;
+use crate::agent::reflector::{self, Change, Collection};
 
 /// How often each kind is listed again even when its watch is healthy.
 pub const RESYNC: Duration = Duration::from_secs(600);
@@ -138,96 +139,20 @@ impl Shared {
     }
 }
 
-/// Follows `kind` into `shared` until `stop`.
+/// Follows `kind` into `shared` until `stop` (the following is [`reflector`]'s).
 pub async fn run(api: ApiClient, kind: Kind, shared: Arc<Shared>, stop: CancellationToken) {
-    let mut retry = Duration::from_millis(250);
-    let mut version: Option<String> = None;
-    let mut listed_at = tokio::time::Instant::now();
-    loop {
-        if version.is_none() || listed_at.elapsed() >= RESYNC {
-            let listed = tokio::select! {
-                _ = stop.cancelled() => return,
-                l = api.get(kind.path()) => l,
-            };
-            match listed {
-                Ok(Some(mut list)) => {
-                    retry = Duration::from_millis(250);
-                    listed_at = tokio::time::Instant::now();
-                    version = list["metadata"]["resourceVersion"]
-                        .as_str()
-                        .map(str::to_string);
-                    let items = match list["items"].take() {
-                        Value::Array(items) => items,
-                        _ => Vec::new(),
-                    };
-                    shared.listed(kind, &items);
-                }
-                other => {
-                    if let Err(e) = other {
-                        tracing::warn!(component = "proxy", "listing {}: {e}", kind.path());
-                    }
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(retry) => {}
-                    }
-                    retry = (retry * 2).min(Duration::from_secs(5));
-                    continue;
-                }
-            }
+    let collection = Collection {
+        path: kind.path(),
+        resync: Some(RESYNC),
+        component: "proxy",
+    };
+    reflector::run(&api, collection, &stop, |change| {
+        match change {
+            Change::Listed(items) => shared.listed(kind, &items),
+            Change::Changed(object) => shared.event(kind, &object, false),
+            Change::Deleted(object) => shared.event(kind, &object, true),
         }
-        let started = tokio::time::Instant::now();
-        let path = format!(
-            "{}?watch=true&allowWatchBookmarks=true&resourceVersion={}",
-            kind.path(),
-            version.as_deref().unwrap_or_default()
-        );
-        let until_resync = RESYNC.saturating_sub(listed_at.elapsed());
-        let watching = tokio::select! {
-            _ = stop.cancelled() => return,
-            w = api.watch(&path) => w,
-        };
-        match watching {
-            Ok(mut watch) => loop {
-                let event = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep_until(started + until_resync) => break,
-                    e = watch.next() => e,
-                };
-                let event = match event {
-                    None => break,
-                    Some(Ok(e)) => e,
-                    Some(Err(e)) => {
-                        tracing::debug!(component = "proxy", "watching {}: {e}", kind.path());
-                        version = None;
-                        break;
-                    }
-                };
-                if let Some(rv) = event.object["metadata"]["resourceVersion"].as_str() {
-                    version = Some(rv.to_string());
-                }
-                match event.kind.as_str() {
-                    "ADDED" | "MODIFIED" => shared.event(kind, &event.object, false),
-                    "DELETED" => shared.event(kind, &event.object, true),
-                    "BOOKMARK" => {}
-                    _ => {
-                        // ERROR: most likely 410 Gone, the version is too old to watch from.
-                        version = None;
-                        break;
-                    }
-                }
-            },
-            Err(e) => {
-                tracing::debug!(component = "proxy", "watching {}: {e}", kind.path());
-                if e.status().is_some() {
-                    version = None;
-                }
-            }
-        }
-        if started.elapsed() < Duration::from_secs(1) {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-        }
-    }
+        std::future::ready(true)
+    })
+    .await;
 }
