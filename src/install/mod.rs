@@ -180,12 +180,6 @@ fn setting(key: &str, value: &str) -> anyhow::Result<String> {
     })
 }
 
-/// What one daemon's installation changed.
-struct Installed {
-    daemon: Daemon,
-    changed: bool,
-}
-
 /// The binary, then the daemon's hook, unit, settings and token; returns whether any of its
 /// files changed. Records the files it wrote in the manifest.
 fn put_files(
@@ -243,13 +237,13 @@ fn put_binary(written: &mut BTreeSet<String>) -> anyhow::Result<bool> {
     Ok(wrote)
 }
 
-/// Enables the unit and starts it (restarts it when its files changed and it runs), then
-/// waits until it is active.
-fn start(installed: &Installed, binary_changed: bool, limit: Duration) -> anyhow::Result<()> {
-    let unit = installed.daemon.unit();
+/// Enables the unit and starts it (restarts it when its files or the binary `changed` and it
+/// runs), then waits until it is active.
+fn start(daemon: Daemon, changed: bool, limit: Duration) -> anyhow::Result<()> {
+    let unit = daemon.unit();
     host::systemctl(&["enable", "--quiet", unit])?;
     let running = host::unit_state(unit) == "active";
-    if running && !installed.changed && !binary_changed {
+    if running && !changed {
         println!("{unit}: unchanged and running");
         return Ok(());
     }
@@ -292,19 +286,11 @@ fn install_server(args: &ServerInstall) -> anyhow::Result<()> {
         settings.push_str(&setting("LITEK8S_SERVER_ARGS", &args.server_args)?);
     }
     let token = args.server.as_ref().and(args.token.as_deref());
-    let changed = put_files(Daemon::Server, &settings, token, &mut written)?;
-    host::record(&written)?;
-    host::systemctl(&["daemon-reload"])?;
-    start(
-        &Installed {
-            daemon: Daemon::Server,
-            changed,
-        },
-        binary_changed,
-        SERVER_READY,
-    )?;
-
-    if !args.disable_agent {
+    let server_changed = put_files(Daemon::Server, &settings, token, &mut written)?;
+    // Both daemons' files first, so that systemd reloads once.
+    let agent_changed = if args.disable_agent {
+        None
+    } else {
         let mut agent =
             String::from("# Written by `litek8s install server`; run it again to change these.\n");
         agent.push_str(&setting("LITEK8S_SERVER_URL", "https://127.0.0.1:6443")?);
@@ -316,17 +302,19 @@ fn install_server(args: &ServerInstall) -> anyhow::Result<()> {
             "LITEK8S_AGENT_ARGS",
             format!("--node-ip {ip} {}", args.agent_args).trim(),
         )?);
-        let changed = put_files(Daemon::Agent, &agent, None, &mut written)?;
-        host::record(&written)?;
+        Some(put_files(Daemon::Agent, &agent, None, &mut written)?)
+    };
+    host::record(&written)?;
+    if binary_changed || server_changed || agent_changed == Some(true) {
         host::systemctl(&["daemon-reload"])?;
-        start(
-            &Installed {
-                daemon: Daemon::Agent,
-                changed,
-            },
-            binary_changed,
-            AGENT_READY,
-        )?;
+    }
+    start(
+        Daemon::Server,
+        server_changed || binary_changed,
+        SERVER_READY,
+    )?;
+    if let Some(changed) = agent_changed {
+        start(Daemon::Agent, changed || binary_changed, AGENT_READY)?;
     }
 
     let join = std::fs::read_to_string(format!("{}/join-token", Daemon::Server.data_dir()))
@@ -358,15 +346,10 @@ fn install_agent(args: &AgentInstall) -> anyhow::Result<()> {
     )?);
     let changed = put_files(Daemon::Agent, &settings, Some(&args.token), &mut written)?;
     host::record(&written)?;
-    host::systemctl(&["daemon-reload"])?;
-    start(
-        &Installed {
-            daemon: Daemon::Agent,
-            changed,
-        },
-        binary_changed,
-        AGENT_READY,
-    )
+    if changed || binary_changed {
+        host::systemctl(&["daemon-reload"])?;
+    }
+    start(Daemon::Agent, changed || binary_changed, AGENT_READY)
 }
 
 /// Refuses to install a server where another process holds its ports, naming it.
