@@ -237,6 +237,14 @@ fn quoted(names: &[&str]) -> String {
         .join(", ")
 }
 
+/// The names of the containers in `all` for which `keep` holds.
+fn names_where<'a>(all: &[(&'a str, &Value)], keep: impl Fn(&Value) -> bool) -> Vec<&'a str> {
+    all.iter()
+        .filter(|(_, c)| keep(c))
+        .map(|(n, _)| *n)
+        .collect()
+}
+
 /// `container "a"` or `containers "a", "b"`.
 fn containers_named(names: &[&str]) -> String {
     if names.len() == 1 {
@@ -356,22 +364,18 @@ fn check(level: Level, spec: &Value) -> Vec<String> {
             ports.join(", ")
         ));
     }
-    let privileged: Vec<&str> = all
-        .iter()
-        .filter(|(_, c)| flag(c, "/securityContext/privileged") == Some(true))
-        .map(|(n, _)| *n)
-        .collect();
+    let privileged: Vec<&str> = names_where(&all, |c| {
+        flag(c, "/securityContext/privileged") == Some(true)
+    });
     if !privileged.is_empty() {
         out.push(format!(
             "privileged ({} must not set securityContext.privileged=true)",
             containers_named(&privileged)
         ));
     }
-    let proc_mount: Vec<&str> = all
-        .iter()
-        .filter(|(_, c)| text(c, "/securityContext/procMount").is_some_and(|m| m != "Default"))
-        .map(|(n, _)| *n)
-        .collect();
+    let proc_mount: Vec<&str> = names_where(&all, |c| {
+        text(c, "/securityContext/procMount").is_some_and(|m| m != "Default")
+    });
     if !proc_mount.is_empty() {
         out.push(format!(
             "procMount ({} must not set securityContext.procMount to \"Unmasked\")",
@@ -398,11 +402,9 @@ fn check(level: Level, spec: &Value) -> Vec<String> {
         return out;
     }
     // Restricted.
-    let escalating: Vec<&str> = all
-        .iter()
-        .filter(|(_, c)| flag(c, "/securityContext/allowPrivilegeEscalation") != Some(false))
-        .map(|(n, _)| *n)
-        .collect();
+    let escalating: Vec<&str> = names_where(&all, |c| {
+        flag(c, "/securityContext/allowPrivilegeEscalation") != Some(false)
+    });
     if !escalating.is_empty() {
         out.push(format!(
             "allowPrivilegeEscalation != false ({} must set securityContext.allowPrivilegeEscalation=false)",
@@ -410,15 +412,11 @@ fn check(level: Level, spec: &Value) -> Vec<String> {
         ));
     }
     let mut capability_details = Vec::new();
-    let not_dropping: Vec<&str> = all
-        .iter()
-        .filter(|(_, c)| {
-            !c.pointer("/securityContext/capabilities/drop")
-                .and_then(Value::as_array)
-                .is_some_and(|d| d.iter().any(|x| x == "ALL"))
-        })
-        .map(|(n, _)| *n)
-        .collect();
+    let not_dropping: Vec<&str> = names_where(&all, |c| {
+        !c.pointer("/securityContext/capabilities/drop")
+            .and_then(Value::as_array)
+            .is_some_and(|d| d.iter().any(|x| x == "ALL"))
+    });
     if !not_dropping.is_empty() {
         capability_details.push(format!(
             "{} must set securityContext.capabilities.drop=[\"ALL\"]",
@@ -490,11 +488,9 @@ fn check(level: Level, spec: &Value) -> Vec<String> {
     if pod_non_root == Some(false) {
         non_root.push("pod must not set securityContext.runAsNonRoot=false".to_string());
     }
-    let explicit_false: Vec<&str> = all
-        .iter()
-        .filter(|(_, c)| flag(c, "/securityContext/runAsNonRoot") == Some(false))
-        .map(|(n, _)| *n)
-        .collect();
+    let explicit_false: Vec<&str> = names_where(&all, |c| {
+        flag(c, "/securityContext/runAsNonRoot") == Some(false)
+    });
     if !explicit_false.is_empty() {
         non_root.push(format!(
             "{} must not set securityContext.runAsNonRoot=false",
@@ -502,11 +498,8 @@ fn check(level: Level, spec: &Value) -> Vec<String> {
         ));
     }
     if pod_non_root != Some(true) {
-        let unset: Vec<&str> = all
-            .iter()
-            .filter(|(_, c)| flag(c, "/securityContext/runAsNonRoot").is_none())
-            .map(|(n, _)| *n)
-            .collect();
+        let unset: Vec<&str> =
+            names_where(&all, |c| flag(c, "/securityContext/runAsNonRoot").is_none());
         if !unset.is_empty() {
             non_root.push(format!(
                 "pod or {} must set securityContext.runAsNonRoot=true",
@@ -525,15 +518,11 @@ fn check(level: Level, spec: &Value) -> Vec<String> {
     {
         root_user.push("pod must not set runAsUser=0".to_string());
     }
-    let zero: Vec<&str> = all
-        .iter()
-        .filter(|(_, c)| {
-            c.pointer("/securityContext/runAsUser")
-                .and_then(Value::as_i64)
-                == Some(0)
-        })
-        .map(|(n, _)| *n)
-        .collect();
+    let zero: Vec<&str> = names_where(&all, |c| {
+        c.pointer("/securityContext/runAsUser")
+            .and_then(Value::as_i64)
+            == Some(0)
+    });
     if !zero.is_empty() {
         root_user.push(format!(
             "{} must not set runAsUser=0",
@@ -552,14 +541,10 @@ fn check(level: Level, spec: &Value) -> Vec<String> {
             pod_type.unwrap_or_default()
         ));
     }
-    let bad_type: Vec<&str> = all
-        .iter()
-        .filter(|(_, c)| {
-            let t = text(c, "/securityContext/seccompProfile/type");
-            t.is_some() && !allowed(t)
-        })
-        .map(|(n, _)| *n)
-        .collect();
+    let bad_type: Vec<&str> = names_where(&all, |c| {
+        let t = text(c, "/securityContext/seccompProfile/type");
+        t.is_some() && !allowed(t)
+    });
     if !bad_type.is_empty() {
         seccomp.push(format!(
             "{} must not set securityContext.seccompProfile.type to \"Unconfined\"",
@@ -567,11 +552,9 @@ fn check(level: Level, spec: &Value) -> Vec<String> {
         ));
     }
     if !allowed(pod_type) {
-        let unset: Vec<&str> = all
-            .iter()
-            .filter(|(_, c)| text(c, "/securityContext/seccompProfile/type").is_none())
-            .map(|(n, _)| *n)
-            .collect();
+        let unset: Vec<&str> = names_where(&all, |c| {
+            text(c, "/securityContext/seccompProfile/type").is_none()
+        });
         if !unset.is_empty() {
             seccomp.push(format!(
                 "pod or {} must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\"",
@@ -593,11 +576,9 @@ fn seccomp_unconfined(spec: &Value, all: &[(&str, &Value)]) -> Option<String> {
             "pod must not set securityContext.seccompProfile.type to \"Unconfined\"".to_string(),
         );
     }
-    let names: Vec<&str> = all
-        .iter()
-        .filter(|(_, c)| text(c, "/securityContext/seccompProfile/type") == Some("Unconfined"))
-        .map(|(n, _)| *n)
-        .collect();
+    let names: Vec<&str> = names_where(all, |c| {
+        text(c, "/securityContext/seccompProfile/type") == Some("Unconfined")
+    });
     if !names.is_empty() {
         details.push(format!(
             "{} must not set securityContext.seccompProfile.type to \"Unconfined\"",
