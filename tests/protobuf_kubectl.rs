@@ -51,6 +51,16 @@ fn normalize(mut v: Value, ns: &str) -> String {
             spec.remove(k);
         }
     }
+    // Conditions a controller wrote (the scheduler's PodScheduled) carry the second they were
+    // written, which two creates need not share.
+    if let Some(conditions) = v
+        .pointer_mut("/status/conditions")
+        .and_then(Value::as_array_mut)
+    {
+        for c in conditions.iter_mut().filter_map(Value::as_object_mut) {
+            c.remove("lastTransitionTime");
+        }
+    }
     let text = serde_json::to_string(&v)
         .unwrap_or_default()
         .replace(&format!("\"{ns}\""), "\"NS\"");
