@@ -93,16 +93,15 @@ fn a_cluster_ip_balances_over_its_ready_endpoints() {
     assert_eq!(svc[0], "ip saddr != 10.42.0.0/16 jump mark-for-masquerade");
     assert_eq!(
         svc[1],
-        "numgen random mod 2 vmap { 0 : goto ep-default/web/tcp/80__10.42.0.2/8080, 1 : goto ep-default/web/tcp/80__10.42.1.2/8080 }"
+        "meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.42.0.2 . 8080, 1 : 10.42.1.2 . 8080 }"
     );
-    let ep = chain(&r, "ep-default/web/tcp/80__10.42.0.2/8080");
-    assert_eq!(
-        ep,
-        [
-            "ip saddr 10.42.0.2 jump mark-for-masquerade",
-            "meta l4proto tcp dnat ip to 10.42.0.2:8080"
-        ]
-    );
+    assert_eq!(svc.len(), 2);
+    // No chain per endpoint; each endpoint is in the hairpin set.
+    assert!(!r.body.contains("chain ep-"));
+    assert!(r
+        .body
+        .contains("elements = { 10.42.0.2 . 10.42.0.2, 10.42.1.2 . 10.42.1.2 }"));
+    assert_eq!((r.stats.endpoints, r.stats.endpoint_chains), (2, 0));
     // A NodePort under the Cluster policy masquerades.
     assert!(r
         .body
@@ -133,7 +132,7 @@ fn terminating_endpoints_serve_only_when_no_ready_one_is_left() {
     let r = render(&snapshot(&[web()], &[slice("web", &both)]), &config());
     assert_eq!(
         chain(&r, "svc-default/web/tcp/80")[1],
-        "goto ep-default/web/tcp/80__10.42.0.2/8080"
+        "meta l4proto tcp dnat ip to 10.42.0.2:8080"
     );
     let only_terminating = [("10.42.0.3", "n1", false, true)];
     let r = render(
@@ -142,7 +141,7 @@ fn terminating_endpoints_serve_only_when_no_ready_one_is_left() {
     );
     assert_eq!(
         chain(&r, "svc-default/web/tcp/80")[1],
-        "goto ep-default/web/tcp/80__10.42.0.3/8080"
+        "meta l4proto tcp dnat ip to 10.42.0.3:8080"
     );
 }
 
@@ -161,7 +160,7 @@ fn external_traffic_policy_local_keeps_the_client_address() {
     assert!(!ext.contains(&"jump mark-for-masquerade"));
     assert_eq!(
         chain(&r, "local-default/web/tcp/80"),
-        ["goto ep-default/web/tcp/80__10.42.0.2/8080"]
+        ["meta l4proto tcp dnat ip to 10.42.0.2:8080"]
     );
     // No endpoint on this node: external traffic is dropped, cluster traffic still flows.
     let remote = [("10.42.1.2", "n2", true, false)];
@@ -212,9 +211,13 @@ fn session_affinity_remembers_clients_per_endpoint() {
     );
     assert!(svc_rules[3].starts_with("numgen random mod 2"));
     assert_eq!(
-        chain(&r, "ep-default/web/tcp/80__10.42.0.2/8080")[1],
-        format!("update @{set} {{ ip saddr }}")
+        chain(&r, "ep-default/web/tcp/80__10.42.0.2/8080"),
+        [
+            format!("update @{set} {{ ip saddr }}"),
+            "meta l4proto tcp dnat ip to 10.42.0.2:8080".to_string()
+        ]
     );
+    assert_eq!((r.stats.endpoints, r.stats.endpoint_chains), (2, 2));
 }
 
 #[test]
@@ -253,6 +256,11 @@ fn pod_egress_is_masqueraded_and_pod_to_pod_is_not() {
         chain(&r, "masquerading")[0],
         "ip saddr 10.42.0.0/16 ip daddr != 10.42.0.0/16 masquerade fully-random"
     );
+    // Hairpin traffic (source and destination the same endpoint after DNAT) is masqueraded.
+    assert_eq!(
+        chain(&r, "masquerading")[1],
+        "ct status dnat ip saddr . ip daddr @hairpin masquerade fully-random"
+    );
     assert_eq!(
         chain(&r, "services")[1],
         "fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports"
@@ -277,11 +285,13 @@ fn udp_endpoints_are_listed_for_conntrack() {
 fn a_transaction_deletes_only_what_is_gone() {
     let r = render(&snapshot(&[web()], &[]), &config());
     let existing = Existing::parse(
-        "table inet litek8s {\n\tmap service-ips {\n\t}\n\tset aff-1-x {\n\t}\n\tchain services {\n\t}\n\tchain svc-old {\n\t}\n}\n",
+        "table inet litek8s {\n\tmap service-ips {\n\t}\n\tset aff-1-x {\n\t}\n\tset hairpin {\n\t}\n\tchain services {\n\t}\n\tchain svc-old {\n\t}\n}\n",
     );
     let t = transaction(&r, &existing);
     assert!(t.contains("delete chain inet litek8s svc-old\n"));
     assert!(t.contains("delete set inet litek8s aff-1-x\n"));
+    assert!(!t.contains("delete set inet litek8s hairpin"));
+    assert!(t.contains("flush set inet litek8s hairpin\n"));
     assert!(!t.contains("delete chain inet litek8s services"));
     let flush = t.find("flush table").expect("a flush");
     assert!(flush < t.find("chain services").expect("the chains"));
@@ -298,10 +308,11 @@ fn a_later_sync_rewrites_only_the_chains_that_changed() {
     let after = render(&snapshot(&[web()], &[slice("web", &one)]), &config());
     let t = transaction_from(&after, &before);
     assert!(t.contains("flush chain inet litek8s svc-default/web/tcp/80\n"));
-    assert!(t.contains("delete chain inet litek8s ep-default/web/tcp/80__10.42.1.2/8080\n"));
     assert!(t.contains("flush map inet litek8s service-ips\n"));
+    assert!(t.contains("flush set inet litek8s hairpin\n"));
+    assert!(t.contains("elements = { 10.42.0.2 . 10.42.0.2 }"));
     // Unchanged chains are not written again.
-    assert!(!t.contains("chain ep-default/web/tcp/80__10.42.0.2/8080 {"));
+    assert!(!t.contains("chain ext-default/web/tcp/80 {"));
     assert!(!t.contains("chain services {"));
     assert!(!t.contains("flush table"));
     // Nothing changed: only the maps are refilled.

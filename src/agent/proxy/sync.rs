@@ -190,7 +190,7 @@ impl Syncer {
                     component = "proxy",
                     "synced {} service ports, {} endpoints in {:?} + {:?}",
                     report.ruleset.service_ports,
-                    report.ruleset.endpoint_chains,
+                    report.ruleset.endpoints,
                     report.generate,
                     report.apply
                 ),
