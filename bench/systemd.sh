@@ -153,7 +153,7 @@ net_up
 declare -a dirs pids
 for n in 1 2 3; do
     dirs[n]=$(copy_rootfs "lkb$n")
-    boot "lkb$n" "${dirs[n]}" "--network-namespace-path=/run/netns/lksd-$n"
+    boot "lkb$n" "${dirs[n]}" "--network-namespace-path=/run/netns/$NET_NS-$n"
     pids[n]=$BOOT_PID
     install_pkgs "${dirs[n]}" "${pids[n]}"
 done

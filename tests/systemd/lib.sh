@@ -131,14 +131,17 @@ cleanup_containers() {
     SCRATCH=()
 }
 
-# --- 3-server cluster ---------------------------------------------------------------------
-# Each container has its own network namespace lksd-N holding one end of a veth pair whose
-# other end is a port of the bridge lksdbr here (10.78.0.254); member N is 10.78.0.N with a
-# default route through the bridge, so the prestart hook finds its node IP the way it does on
-# a real host. (tests/netns_lab uses 10.77.0.0/24 and lkpbr; this stays clear of it.) Used by
-# tests/systemd/run.sh cluster and bench/systemd.sh.
-NET_BRIDGE=lksdbr
-NET_PREFIX=10.78.0
+# --- machines on a bridge -----------------------------------------------------------------
+# Each container has its own network namespace $NET_NS-N holding one end of a veth pair whose
+# other end is a port of the bridge $NET_BRIDGE here ($NET_PREFIX.254); member N is
+# $NET_PREFIX.N with a default route through the bridge, so the prestart hook finds its node IP
+# the way it does on a real host. (tests/netns_lab uses 10.77.0.0/24 and lkpbr; this stays
+# clear of it.) Used by tests/systemd/run.sh and bench/systemd.sh. The three names can be
+# overridden (LITEK8S_NET_BRIDGE, LITEK8S_NET_PREFIX, LITEK8S_NET_NS) so that a second run of
+# another scenario does not take the first one's network.
+NET_BRIDGE=${LITEK8S_NET_BRIDGE:-lksdbr}
+NET_PREFIX=${LITEK8S_NET_PREFIX:-10.78.0}
+NET_NS=${LITEK8S_NET_NS:-lksd}
 net_up() {
     net_down
     ip link add "$NET_BRIDGE" type bridge
@@ -146,23 +149,23 @@ net_up() {
     ip link set "$NET_BRIDGE" up
     local n
     for n in 1 2 3; do
-        ip netns add "lksd-$n"
-        ip link add "lksd$n-h" type veth peer name "lksd$n-c"
-        ip link set "lksd$n-h" master "$NET_BRIDGE"
-        ip link set "lksd$n-h" up
-        ip link set "lksd$n-c" netns "lksd-$n"
-        ip -n "lksd-$n" link set "lksd$n-c" name eth0
-        ip -n "lksd-$n" addr add "$NET_PREFIX.$n/24" dev eth0
-        ip -n "lksd-$n" link set eth0 up
-        ip -n "lksd-$n" link set lo up
-        ip -n "lksd-$n" route add default via "$NET_PREFIX.254"
+        ip netns add "$NET_NS-$n"
+        ip link add "$NET_NS$n-h" type veth peer name "$NET_NS$n-c"
+        ip link set "$NET_NS$n-h" master "$NET_BRIDGE"
+        ip link set "$NET_NS$n-h" up
+        ip link set "$NET_NS$n-c" netns "$NET_NS-$n"
+        ip -n "$NET_NS-$n" link set "$NET_NS$n-c" name eth0
+        ip -n "$NET_NS-$n" addr add "$NET_PREFIX.$n/24" dev eth0
+        ip -n "$NET_NS-$n" link set eth0 up
+        ip -n "$NET_NS-$n" link set lo up
+        ip -n "$NET_NS-$n" route add default via "$NET_PREFIX.254"
     done
 }
 net_down() {
     local n
     for n in 1 2 3; do
-        ip netns del "lksd-$n" 2>/dev/null || true
-        ip link del "lksd$n-h" 2>/dev/null || true
+        ip netns del "$NET_NS-$n" 2>/dev/null || true
+        ip link del "$NET_NS$n-h" 2>/dev/null || true
     done
     ip link del "$NET_BRIDGE" 2>/dev/null || true
 }
