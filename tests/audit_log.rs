@@ -3,8 +3,10 @@
 //! carries none, a 403 is recorded with its Status and the `forbid` decision, a watch is
 //! recorded when its answer starts and when it ends, impersonation names both users, the log
 //! rotates into kube-apiserver's backup names, and an invalid policy stops start-up naming
-//! the file and the reason.
+//! the file and the reason. On a 3-server cluster a write sent to a follower is recorded by
+//! that follower alone, not by the leader it is forwarded to.
 
+mod cluster_support;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -347,4 +349,87 @@ fn an_invalid_policy_stops_the_start() {
         "{text}"
     );
     assert!(!tmp.path().join("audit.log").exists());
+}
+
+#[test]
+fn a_forwarded_write_is_audited_once_by_the_server_the_client_reached() {
+    let mut cluster = cluster_support::Cluster::start(3);
+    let tmp = tempfile::tempdir().unwrap();
+    let policy = tmp.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Request\n  resources:\n  - group: \"\"\n    resources: [configmaps]\n",
+    )
+    .unwrap();
+    let log = |i: usize| tmp.path().join(format!("audit-{i}")).join("audit.log");
+    // Every member restarts with its own audit log.
+    for i in 0..3 {
+        cluster.kill(i);
+        let mut cmd = cluster.command(i);
+        cmd.arg("--audit-policy-file")
+            .arg(&policy)
+            .arg("--audit-log-path")
+            .arg(log(i));
+        cluster.spawn_command(i, cmd);
+        cluster.wait_ready(i);
+    }
+    let rt = support::runtime();
+    let leader = rt.block_on(cluster.wait_leader());
+    let follower = (0..3).find(|&i| i != leader).unwrap();
+    let data0 = cluster.members[0].data_dir.clone();
+    let token = std::fs::read_to_string(data0.join("admin-token")).unwrap();
+    let config = tmp.path().join("admin.kubeconfig");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: u\n  user:\n    token: {}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n",
+            cluster.url(follower),
+            data0.join("ca.crt").display(),
+            token.trim()
+        ),
+    )
+    .unwrap();
+    ok(
+        KUBECTLS[1],
+        &config,
+        &["create", "configmap", "via-follower", "--from-literal=a=b"],
+    );
+    let dir = log(follower).parent().unwrap().to_path_buf();
+    let e = wait_for(&dir, "the follower's event", |e| {
+        is(
+            e,
+            "ResponseComplete",
+            "create",
+            "configmaps",
+            "via-follower",
+        )
+    });
+    assert_eq!(e["responseStatus"]["code"], 201, "{e}");
+    assert_eq!(e["user"]["username"], "admin");
+    assert_eq!(e["requestObject"]["data"]["a"], "b", "{e}");
+    // The leader applied it, and wrote nothing about it.
+    std::thread::sleep(Duration::from_millis(500));
+    let leader_log = std::fs::read_to_string(log(leader)).unwrap_or_default();
+    assert!(!leader_log.contains("via-follower"), "{leader_log}");
+    let third = (0..3).find(|&i| i != leader && i != follower).unwrap();
+    let third_log = std::fs::read_to_string(log(third)).unwrap_or_default();
+    assert!(!third_log.contains("via-follower"), "{third_log}");
+    // Each server audits what reaches it: a read from the leader is in the leader's log.
+    let leader_config = tmp.path().join("leader.kubeconfig");
+    std::fs::write(
+        &leader_config,
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .replace(&cluster.url(follower), &cluster.url(leader)),
+    )
+    .unwrap();
+    ok(
+        KUBECTLS[0],
+        &leader_config,
+        &["get", "configmap", "via-follower"],
+    );
+    let dir = log(leader).parent().unwrap().to_path_buf();
+    wait_for(&dir, "the leader's read", |e| {
+        is(e, "ResponseComplete", "get", "configmaps", "via-follower")
+    });
 }
