@@ -1,6 +1,7 @@
 //! The audit log against the real server (docs/guarantees.md, Audit log), with kubectl 1.27
 //! and 1.33: a create at Request level carries its body, a Secret read at Metadata level
-//! carries none, a 403 is recorded with its Status and the `forbid` decision, a watch is
+//! carries none, a 403 is recorded with its Status and the `forbid` decision, a 401 without
+//! a user, a watch is
 //! recorded when its answer starts and when it ends, impersonation names both users, the log
 //! rotates into kube-apiserver's backup names, and an invalid policy stops start-up naming
 //! the file and the reason. On a 3-server cluster a write sent to a follower is recorded by
@@ -281,6 +282,15 @@ fn requests_are_recorded_as_the_policy_says() {
         });
         assert!(done.get("responseObject").is_none(), "{done}");
     }
+
+    // A credential refused with 401: recorded without a user.
+    let refused = server.https_get("/api/v1/namespaces/default/pods", Some("not-a-token"));
+    assert_eq!(refused.status, 401, "{}", refused.body);
+    let e = wait_for(&logs, "the 401", |e| {
+        e["responseStatus"]["code"] == 401 && is(e, "ResponseComplete", "list", "pods", "")
+    });
+    assert_eq!(e["user"], serde_json::json!({}), "{e}");
+    assert!(e.get("annotations").is_none(), "{e}");
 
     // Rotation: past 1 MB the log is renamed to audit-<time>.log, and two backups are kept.
     let big = "x".repeat(100_000);

@@ -58,6 +58,7 @@ impl Stage {
 /// authentication.k8s.io/v1 `UserInfo` as the event carries it.
 #[derive(Debug, Clone, Serialize)]
 pub struct AuditUser {
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub username: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub uid: String,

@@ -69,7 +69,18 @@ impl Dispatch {
             Authenticated::User(user) => user,
             Authenticated::Anonymous if conn.tls => UserInfo::anonymous(),
             Authenticated::Anonymous => return Ok(ApiError::HttpsRequired.into_response()),
-            Authenticated::Refused => return Ok(ApiError::Unauthorized.into_response()),
+            Authenticated::Refused => {
+                // Recorded as kube-apiserver records failed authentication: no user.
+                let resp = ApiError::Unauthorized.into_response();
+                let tracker = self
+                    .audit
+                    .as_ref()
+                    .and_then(|audit| audit.begin(&UserInfo::default(), &req, conn.peer));
+                return Ok(match tracker {
+                    Some(tracker) => tracker.wrap_response(resp),
+                    None => resp,
+                });
+            }
         };
         if req.uri().path() == tunnel::PATH {
             let name = node.map_or(&self.ctx.settings.server_name, |n| &n.me.name);
