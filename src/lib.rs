@@ -20,6 +20,7 @@
 //! - `metrics`: counters, gauges and histograms made of atomics, and the lock-free series
 //!   table the API server's `/metrics` records requests in.
 //! - [`api`]: HTTP handlers for the Kubernetes API (discovery, CRUD, watch, tables, errors).
+//! - [`audit`]: the audit log (kube-apiserver's policy file, events and rotation).
 //! - [`auth`]: the user of every request (token file, impersonation) and RBAC authorization
 //!   with its default policy.
 //! - [`server`]: assembles an API server process (TLS, certificates, tokens, listeners).
@@ -35,6 +36,7 @@
 pub mod agent;
 pub mod allocator;
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod check_config;
 pub mod cli;

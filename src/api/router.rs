@@ -3,7 +3,8 @@
 //! for plain HTTP and health checks. [`serve`] answers the health endpoints first (as
 //! `system:public-info-viewer` lets everyone), then resolves impersonation and asks the
 //! authorizer (`auth`), so every other request — a kubectl's, a forwarded one, the in-process
-//! client's — is authorized before it is routed. Both are generic over the request body so
+//! client's — is authorized before it is routed. The impersonated user and the decision
+//! are noted for the request's audit event (`audit`), when it has one. Both are generic over the request body so
 //! tests can drive them with in-memory bodies. Every resource request is counted and timed
 //! (`metrics`) once its response is ready; `/metrics` itself is answered here too.
 
@@ -21,6 +22,7 @@ use super::{
     access_review, body, create, delete, discovery, get, health, list, oidc, openapi, patch,
     subresource, update, watch, ApiBody, ApiContext, UserInfo,
 };
+use crate::audit;
 use crate::auth::attributes::RequestInfo;
 use crate::auth::impersonation::{self, Refused};
 use crate::auth::rbac::Decision;
@@ -56,23 +58,34 @@ where
             caller,
             what,
             reason,
-        }) => return ApiError::denied(&caller, &what, &reason).into_response(),
+        }) => {
+            audit::note_decision(&req, false, &reason);
+            return ApiError::denied(&caller, &what, &reason).into_response();
+        }
     };
+    if impersonation::requested(req.headers()) {
+        audit::note_impersonation(&req, &user);
+    }
     // `system:masters` may do anything: the attributes are not even read (the admin token
     // and the in-process controllers take this path on every request).
-    if !user.is_master() {
+    if user.is_master() {
+        audit::note_decision(&req, true, "");
+    } else {
         let mut info = RequestInfo::from_request(req.method(), &path, req.uri().query());
-        if let Decision::Deny(reason) = ctx.authorizer.authorize(&user, &info) {
-            return ApiError::denied(&user.name, &info, &reason).into_response();
-        }
+        let mut decision = ctx.authorizer.authorize(&user, &info);
         // A WebSocket exec or attach is a GET, but it runs a command (or types into one) as a
         // POST does: it needs `create` as well, as kube-apiserver asks, so `get pods/exec`
         // alone never runs anything.
-        if info.verb == "get" && matches!(info.subresource.as_str(), "exec" | "attach") {
+        if decision.allowed()
+            && info.verb == "get"
+            && matches!(info.subresource.as_str(), "exec" | "attach")
+        {
             info.verb = "create".into();
-            if let Decision::Deny(reason) = ctx.authorizer.authorize(&user, &info) {
-                return ApiError::denied(&user.name, &info, &reason).into_response();
-            }
+            decision = ctx.authorizer.authorize(&user, &info);
+        }
+        audit::note_decision(&req, decision.allowed(), decision.reason());
+        if let Decision::Deny(reason) = decision {
+            return ApiError::denied(&user.name, &info, &reason).into_response();
         }
     }
     if crate::streams::owns(&path) {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
+use crate::audit::{AuditSettings, LogSettings};
 use crate::cluster::ClusterFlags;
 use crate::controllers::node_ipam::ClusterCidr;
 use crate::server::settings::{cluster_dns_ip, first_service_ip, ServerSettings};
@@ -108,6 +109,28 @@ pub struct ApiserverArgs {
     /// read at start.
     #[arg(long, value_name = "PATH")]
     pub token_auth_file: Option<PathBuf>,
+
+    /// Where the audit log is written (`-`: stdout); events are recorded as
+    /// `--audit-policy-file` says. Unset: no audit log.
+    #[arg(long, value_name = "PATH")]
+    pub audit_log_path: Option<PathBuf>,
+
+    /// The audit policy (kube-apiserver's audit.k8s.io/v1 Policy, YAML or JSON), checked at
+    /// start. Without it nothing is recorded.
+    #[arg(long, value_name = "PATH")]
+    pub audit_policy_file: Option<PathBuf>,
+
+    /// Megabytes the audit log may reach before it is rotated.
+    #[arg(long, value_name = "MB", default_value_t = 100)]
+    pub audit_log_maxsize: u64,
+
+    /// Rotated audit logs kept (0: all).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub audit_log_maxbackup: usize,
+
+    /// Days a rotated audit log is kept (0: no limit).
+    #[arg(long, value_name = "DAYS", default_value_t = 0)]
+    pub audit_log_maxage: u64,
 }
 
 /// Parses a Go duration (`1h`, `30m`, `1h30m10s`, `500ms`), as kube-apiserver's flags take.
@@ -185,6 +208,23 @@ impl ApiserverArgs {
             run_controller_manager: !self.disable_controller_manager,
             run_scheduler: !self.disable_scheduler,
             token_auth_file: self.token_auth_file,
+            audit: AuditSettings {
+                log: self.audit_log_path.map(|path| LogSettings {
+                    path,
+                    // lumberjack, which kube-apiserver rotates with, reads 0 as its default.
+                    max_size: if self.audit_log_maxsize == 0 {
+                        100
+                    } else {
+                        self.audit_log_maxsize
+                    }
+                    .saturating_mul(1 << 20),
+                    max_backups: self.audit_log_maxbackup,
+                    max_age: std::time::Duration::from_secs(
+                        self.audit_log_maxage.saturating_mul(86_400),
+                    ),
+                }),
+                policy_file: self.audit_policy_file,
+            },
             cluster: ClusterFlags {
                 init: self.cluster_init,
                 server: self.server,

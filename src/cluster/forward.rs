@@ -14,7 +14,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
 
 use super::node::{ClusterNode, Leadership};
 use super::peer::PeerError;
@@ -104,7 +103,11 @@ fn error(e: ApiError) -> Routed {
 
 /// Forwards `req` (authenticated as `user`) to the leader, or hands it back when this member
 /// leads.
-pub async fn route(node: &Arc<ClusterNode>, req: Request<Incoming>, user: &UserInfo) -> Routed {
+pub async fn route<B>(node: &Arc<ClusterNode>, req: Request<B>, user: &UserInfo) -> Routed
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let (parts, body) = req.into_parts();
     let body = match Limited::new(body, MAX_FORWARDED_BODY).collect().await {
         Ok(collected) => collected.to_bytes(),

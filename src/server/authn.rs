@@ -31,6 +31,8 @@ pub struct Connection {
     pub tls: bool,
     /// The client certificate presented in the handshake.
     pub client_cert: ClientCert,
+    /// The client's address (the audit log's source IP).
+    pub peer: Option<std::net::IpAddr>,
 }
 
 /// A connection's client certificate.
@@ -306,6 +308,7 @@ mod tests {
         let conn = Connection {
             tls: true,
             client_cert: ClientCert::Valid(cert.clone()),
+            peer: None,
         };
         // The certificate counts, whatever token comes with it.
         assert_eq!(
@@ -319,6 +322,7 @@ mod tests {
                 not_after: chrono::Utc::now().timestamp() - 1,
                 ..cert
             }),
+            peer: None,
         };
         assert_eq!(
             authn.authenticate(&expired_meanwhile, &parts(None)),
@@ -336,6 +340,7 @@ mod tests {
         let refused = Connection {
             tls: true,
             client_cert: ClientCert::Refused,
+            peer: None,
         };
         assert_eq!(
             authn.authenticate(&refused, &parts(None)),

@@ -33,6 +33,9 @@ pub enum ServerError {
     /// The `--token-auth-file` cannot be used.
     #[error(transparent)]
     TokenFile(#[from] crate::auth::token_file::TokenFileError),
+    /// The audit policy or log cannot be used.
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
     /// A start-up task stopped before finishing (it panicked or the runtime is stopping).
     #[error("{what}: {reason}")]
     Task { what: &'static str, reason: String },

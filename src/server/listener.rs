@@ -97,7 +97,9 @@ impl Listener {
             let limits = self.limits.clone();
             let shutdown = shutdown.clone();
             tracker.spawn(async move {
-                if let Err(e) = serve_connection(stream, tls, dispatch, &limits, shutdown).await {
+                if let Err(e) =
+                    serve_connection(stream, peer, tls, dispatch, &limits, shutdown).await
+                {
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
                 drop(permit);
@@ -123,6 +125,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Classifies one connection by its first byte and serves it.
 async fn serve_connection(
     stream: TcpStream,
+    peer: std::net::SocketAddr,
     tls: TlsAcceptor,
     dispatch: Arc<Dispatch>,
     limits: &Limits,
@@ -164,10 +167,15 @@ async fn serve_connection(
         let conn = Connection {
             tls: true,
             client_cert,
+            peer: Some(peer.ip()),
         };
         serve_http(stream, conn, dispatch, limits, shutdown).await
     } else {
-        serve_http(stream, Connection::default(), dispatch, limits, shutdown).await
+        let conn = Connection {
+            peer: Some(peer.ip()),
+            ..Connection::default()
+        };
+        serve_http(stream, conn, dispatch, limits, shutdown).await
     }
 }
 

@@ -102,6 +102,7 @@ pub async fn run_until(
         }
         None => TokenFile::default(),
     };
+    let audit = crate::audit::Auditor::start(&settings.audit)?;
     let pki = pki::load_or_create(&dir, &pki::serving_names(&settings))?;
     let tls_config = tls::server_config(&pki)?;
 
@@ -218,6 +219,7 @@ pub async fn run_until(
             authn: Authenticator::new(token, static_tokens, &pki.ca_cert_pem)?
                 .with_service_accounts(service_accounts),
             cluster: backend.cluster_endpoints(),
+            audit,
         }),
         limits: Limits::default(),
     };

@@ -44,6 +44,8 @@ pub struct ServerSettings {
     pub run_scheduler: bool,
     /// `--token-auth-file`: static bearer tokens (kube-apiserver's CSV).
     pub token_auth_file: Option<PathBuf>,
+    /// `--audit-log-*` and `--audit-policy-file`.
+    pub audit: crate::audit::AuditSettings,
     /// HA cluster flags (all unset: a single server).
     pub cluster: ClusterFlags,
 }
