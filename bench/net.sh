@@ -29,3 +29,22 @@ echo "| sync of 1,000 Services x 10 endpoints | target | generate | nft -f - | t
 echo "|---|---|---|---|---|"
 echo "| first (whole table) | ≤ 1 s | $(field 0 generate) | $(field 0 nft) | $(field 0 total) |"
 echo "| later (changed chains, maps refilled) | ≤ 1 s | $(field '[12]' generate) | $(field '[12]' nft) | $(field '[12]' total) |"
+
+# ClusterIP against the pod's own address: tests/agent_proxy.rs's ignored
+# cluster_ip_latency_against_the_pod_address (new connections from one pod to another,
+# alternated between the two addresses, three rounds of LITEK8S_LATENCY_N each).
+lat=$(mktemp)
+trap 'rm -f "$out" "$lat"' EXIT
+LITEK8S_LATENCY_N=${LITEK8S_LATENCY_N:-2000} cargo test "${flag[@]}" -q --test agent_proxy \
+    cluster_ip_latency_against_the_pod_address -- --ignored --nocapture 2>&1 | grep '^latency round' >"$lat" || true
+pick() { # round, target, p50|p99
+    awk -v r="$1" -v t="$2" -v f="$3" '$3 == r && $4 == t { for (i = 5; i <= NF; i++) if ($i == f) print $(i + 1) }' "$lat"
+}
+echo
+echo "| new connection, pod to pod (1,000 other Services in the table) | pod IP p50 | ClusterIP p50 | added | pod IP p99 | ClusterIP p99 |"
+echo "|---|---|---|---|---|---|"
+for r in 0 1 2; do
+    a=$(pick $r pod-ip p50); b=$(pick $r cluster-ip p50)
+    [ -n "$a" ] && [ -n "$b" ] || continue
+    echo "| round $((r + 1)) | $a µs | $b µs | $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%+.1f %%", (b - a) * 100 / a }') | $(pick $r pod-ip p99) µs | $(pick $r cluster-ip p99) µs |"
+done

@@ -660,3 +660,136 @@ fn a_service_with_every_port_is_bounded() {
         litek8s::agent::proxy::model::MAX_SERVICE_PORTS
     );
 }
+
+/// A plain TCP server answering each connection with a fixed HTTP response (no fork per
+/// connection, unlike busybox httpd, so the network path is a visible part of the time).
+const LATENCY_SERVER: &str = r#"
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 9090))
+s.listen(1024)
+answer = b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"
+while True:
+    c, _ = s.accept()
+    c.recv(4096)
+    c.sendall(answer)
+    c.close()
+"#;
+
+/// Alternates new connections to the pod's address and to the ClusterIP (request, whole
+/// answer, close), `N` of each per round, and prints each round's percentiles.
+const LATENCY_CLIENT: &str = r#"
+import socket, sys, time
+n = int(sys.argv[1])
+targets = [("pod-ip", ("10.42.0.2", 9090)), ("cluster-ip", ("10.43.200.30", 80))]
+def one(addr):
+    t = time.perf_counter()
+    c = socket.create_connection(addr, timeout=3)
+    c.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    while c.recv(4096):
+        pass
+    c.close()
+    return time.perf_counter() - t
+for r in range(3):
+    lat = {name: [] for name, _ in targets}
+    for i in range(n):
+        for name, addr in (targets if i % 2 == 0 else targets[::-1]):
+            lat[name].append(one(addr))
+    for name, _ in targets:
+        v = sorted(lat[name])
+        print(f"round {r} {name} p50 {v[n // 2] * 1e6:.0f} us p99 {v[int(n * 0.99)] * 1e6:.0f} us", flush=True)
+"#;
+
+/// The cost of the Service rules on a request: new connections from a pod to another pod's
+/// address and to a ClusterIP leading to it (in a table of 1,000 other Services), alternated (run by bench/net.sh; it prints and
+/// asserts nothing about time).
+#[test]
+#[ignore = "a benchmark: bench/net.sh runs it"]
+fn cluster_ip_latency_against_the_pod_address() {
+    if skipped() || !on_path("python3") {
+        return;
+    }
+    let lab = Lab::new("l", 2);
+    lab.wait_for_pods(2);
+    let mut server = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.name("p1"),
+            "python3",
+            "-c",
+            LATENCY_SERVER,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the latency server");
+    // The Service measured, among the 1,000 Services x 10 endpoints of the sync benchmark.
+    let mut snapshot = big_snapshot(1000, 10);
+    let mut warnings = Vec::new();
+    let lat = Service::from_json(
+        &service(
+            "lat",
+            json!({"clusterIP": "10.43.200.30", "ports": [{"name": "tcp", "port": 80}]}),
+        ),
+        &mut warnings,
+    )
+    .expect("the Service");
+    let lat_slice = Slice::from_json(
+        &json!({
+            "metadata": {"namespace": "default", "name": "lat-1",
+                         "labels": {"kubernetes.io/service-name": "lat"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "tcp", "port": 9090, "protocol": "TCP"}],
+            "endpoints": [{"addresses": ["10.42.0.2"], "nodeName": "n1",
+                           "conditions": {"ready": true}}],
+        }),
+        &mut warnings,
+    )
+    .expect("the slice");
+    snapshot.services.insert(lat.key.clone(), lat);
+    snapshot.slices.insert(lat_slice.key.clone(), lat_slice);
+    let mut syncer = Syncer::new(lab.tools(), settings());
+    rt().block_on(syncer.sync(&snapshot)).expect("a sync");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // Through the ClusterIP before measuring (one byte sent, so the server does not wait).
+    let probe =
+        "import socket; socket.create_connection(('10.43.200.30', 80), timeout=1).sendall(b'x')";
+    while run(&[
+        "ip",
+        "netns",
+        "exec",
+        &lab.name("p2"),
+        "python3",
+        "-c",
+        probe,
+    ])
+    .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the latency server never answered through the ClusterIP"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let n = std::env::var("LITEK8S_LATENCY_N")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(2000);
+    let out = must(&[
+        "ip",
+        "netns",
+        "exec",
+        &lab.name("p2"),
+        "python3",
+        "-c",
+        LATENCY_CLIENT,
+        &n.to_string(),
+    ]);
+    for line in out.lines() {
+        eprintln!("latency {line}");
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+}
