@@ -35,6 +35,7 @@ use std::net::Ipv4Addr;
 use super::model::{Namespaces, Peer, Pod, Policy, PortRule, Ports, Rule, Snapshot};
 use crate::agent::proxy::model::{Cidr, Protocol};
 use crate::kube::labels::Labels;
+use crate::kube::selectors::LabelSelector;
 
 /// The table the policies live in (family `inet`), apart from the proxy's `inet litek8s`:
 /// each can be turned off (`--disable-proxy`, `--disable-network-policy`) and fail to apply
@@ -123,26 +124,14 @@ fn ident(text: &str) -> String {
     out
 }
 
-/// Whether `pod` lives in a namespace `namespaces` names (`own`: the policy's).
-fn in_namespaces(
-    snapshot: &Snapshot,
-    own: &str,
-    namespaces: &Namespaces,
-    pod: &Pod,
-    fallback: &mut BTreeMap<String, Labels>,
-) -> bool {
-    match namespaces {
-        Namespaces::Own => pod.key.namespace == own,
-        Namespaces::Matching(selector) => {
-            let ns = pod.key.namespace.as_str();
-            let labels = match snapshot.namespaces.get(ns) {
-                Some(labels) => labels,
-                // Not seen (yet): it has at least the label the API server always sets.
-                None => fallback
-                    .entry(ns.to_string())
-                    .or_insert_with(|| [("kubernetes.io/metadata.name", ns)].into_iter().collect()),
-            };
-            selector.matches(labels)
+/// Whether the namespace `ns` has labels `selector` matches.
+fn namespace_matches(snapshot: &Snapshot, selector: &LabelSelector, ns: &str) -> bool {
+    match snapshot.namespaces.get(ns) {
+        Some(labels) => selector.matches(labels),
+        // Not seen (yet): it has at least the label the API server always sets.
+        None => {
+            let labels: Labels = [("kubernetes.io/metadata.name", ns)].into_iter().collect();
+            selector.matches(&labels)
         }
     }
 }
@@ -218,27 +207,34 @@ struct Builder {
     egress: Vec<String>,
     isolated_ingress: BTreeSet<Ipv4Addr>,
     isolated_egress: BTreeSet<Ipv4Addr>,
-    fallback_namespaces: BTreeMap<String, Labels>,
+    /// Peer addresses already computed, by the policy's namespace and its peers: policies
+    /// often repeat their selectors.
+    peer_memo: HashMap<String, Vec<(u32, u32)>>,
     out: Ruleset,
 }
 
 impl Builder {
     /// The addresses of `peers` (of a policy in namespace `own`), merged.
     fn peer_ranges(&mut self, snapshot: &Snapshot, own: &str, peers: &[Peer]) -> Vec<(u32, u32)> {
+        let memo = format!("{own}\0{peers:?}");
+        if let Some(ranges) = self.peer_memo.get(&memo) {
+            return ranges.clone();
+        }
         let mut ranges = Vec::new();
         for peer in peers {
             match peer {
                 Peer::Pods { namespaces, pods } => {
+                    // Each namespace's labels are matched once, not once per pod.
+                    let mut namespace_ok: HashMap<&str, bool> = HashMap::new();
                     for pod in snapshot.pods.values() {
-                        if pods.matches(&pod.labels)
-                            && in_namespaces(
-                                snapshot,
-                                own,
-                                namespaces,
-                                pod,
-                                &mut self.fallback_namespaces,
-                            )
-                        {
+                        let ns = pod.key.namespace.as_str();
+                        let in_scope = match namespaces {
+                            Namespaces::Own => ns == own,
+                            Namespaces::Matching(selector) => *namespace_ok
+                                .entry(ns)
+                                .or_insert_with(|| namespace_matches(snapshot, selector, ns)),
+                        };
+                        if in_scope && pods.matches(&pod.labels) {
                             let ip = u32::from(pod.ip);
                             ranges.push((ip, ip));
                         }
@@ -248,7 +244,9 @@ impl Builder {
                 Peer::Nothing => {}
             }
         }
-        merge(ranges)
+        let ranges = merge(ranges);
+        self.peer_memo.insert(memo, ranges.clone());
+        ranges
     }
 
     /// Declares set `name`, or finds one declared already with the same elements: the name
