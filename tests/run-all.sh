@@ -96,7 +96,8 @@ command -v conmon >/dev/null || missing+=(conmon)
 [ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 command -v ip >/dev/null || missing+=(iproute2)
-# The Service proxy's tests (tests/agent_proxy.rs): nft for its rules, conntrack for UDP flushes.
+# The Service proxy's and network policies' tests (tests/agent_proxy.rs, tests/agent_netpol.rs):
+# nft for their rules, conntrack for UDP flushes.
 command -v nft >/dev/null || missing+=(nftables)
 command -v conntrack >/dev/null || missing+=(conntrack)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -13,6 +13,7 @@
 //!   `kube-node-lease` heartbeat (`node::lease`), and the watch that reads back its uid and
 //!   `spec.podCIDR`.
 //! - [`images`]: pulling, importing and storing container images, root filesystems.
+//! - [`netpol`]: NetworkPolicy for this node's pods in its own nftables table.
 //! - [`pods`]: the pod workers: the pods bound to this node run, restarted, stopped and
 //!   reported as kubelet does; their containers' environment, volumes and probes.
 //! - [`reflector`]: one API collection followed by list and watch (the pods' source, the
@@ -27,6 +28,7 @@ pub mod api;
 pub mod dns;
 pub mod images;
 pub mod join;
+pub mod netpol;
 pub(crate) mod node;
 pub mod pods;
 pub mod proxy;

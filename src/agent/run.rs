@@ -5,7 +5,8 @@
 //! container runtime (detected before registering, so the Node reports it from the start),
 //! the containers adopted from the last run, the image store and its air-gap directory
 //! (imported before any pod starts), sandboxes on the node's podCIDR, the pod workers, and
-//! (unless `--disable-proxy`) the Service proxy and pod routes.
+//! (unless `--disable-proxy`) the Service proxy and pod routes, and (unless
+//! `--disable-network-policy`) the NetworkPolicy rules of this node's pods.
 //! `READY=1` once the Node is registered and Ready; `STATUS=` names the server in use and
 //! the pods running; `WATCHDOG=1` while the Lease loop makes progress. SIGTERM or SIGINT:
 //! `STOPPING=1`, the loops stop, exit 0; what runs on the node is left running (a restart or
@@ -482,6 +483,13 @@ pub async fn run_until(
                     std::net::IpAddr::V6(_) => None,
                 },
             ),
+            stop.clone(),
+        ));
+    }
+    if settings.network_policy {
+        tasks.spawn(super::netpol::run(
+            api.clone(),
+            super::netpol::SyncSettings::new(&settings.node_name),
             stop.clone(),
         ));
     }

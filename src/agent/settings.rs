@@ -52,6 +52,8 @@ pub struct AgentFlags {
     pub cluster_cidr: Option<String>,
     /// `--disable-proxy`: no Service rules, no pod routes.
     pub disable_proxy: bool,
+    /// `--disable-network-policy`: NetworkPolicies are not enforced on this node.
+    pub disable_network_policy: bool,
     /// `--cluster-dns`: the `kube-dns` Service's ClusterIP, pods' nameserver.
     pub cluster_dns: Option<IpAddr>,
     /// `--cluster-domain`.
@@ -188,6 +190,8 @@ pub struct AgentSettings {
     pub cluster_cidr: Cidr,
     /// Whether the Service proxy and the pod routes run.
     pub proxy: bool,
+    /// Whether NetworkPolicies are enforced for this node's pods.
+    pub network_policy: bool,
     /// The `kube-dns` ClusterIP: the nameserver of ClusterFirst pods.
     pub cluster_dns: IpAddr,
     /// `cluster.local`: lower case, without dots at the ends.
@@ -386,6 +390,7 @@ impl AgentSettings {
             token,
             cluster_cidr,
             proxy: !flags.disable_proxy,
+            network_policy: !flags.disable_network_policy,
             cluster_dns: flags.cluster_dns.unwrap_or(DEFAULT_CLUSTER_DNS),
             cluster_domain: domain,
             dns_listen,
@@ -643,6 +648,7 @@ mod tests {
         assert_eq!(s.cni_bridge, "litek8s0");
         assert_eq!(s.cluster_cidr.to_string(), "10.42.0.0/16");
         assert!(s.proxy);
+        assert!(s.network_policy);
         assert_eq!(s.cluster_dns, IpAddr::from([10, 43, 0, 10]));
         assert_eq!(s.cluster_domain, "cluster.local");
         assert_eq!(s.dns_listen, DnsListen::Gateway);

@@ -152,6 +152,10 @@ fn node_rules() -> Vec<PolicyRule> {
         r(&["patch", "update"], &[""], &["nodes"]),
         r(EVENTS_WRITE, &[""], &["events"]),
         r(READ, &[""], &["pods"]),
+        // The agent enforces NetworkPolicy: the policies, and the namespaces' labels their
+        // namespaceSelectors match (upstream, kube-router or a CNI has its own account).
+        r(READ, &["networking.k8s.io"], &["networkpolicies"]),
+        r(READ, &[""], &["namespaces"]),
         r(&["create", "delete"], &[""], &["pods"]),
         r(&["patch", "update"], &[""], &["pods/status"]),
         r(&["create"], &[""], &["pods/eviction"]),

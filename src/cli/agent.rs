@@ -109,8 +109,14 @@ pub struct AgentArgs {
     #[arg(long)]
     pub disable_proxy: bool,
 
-    /// Remove the agent's Service rules (nftables table inet litek8s) and pod routes, then
-    /// exit; pods and credentials are left alone.
+    /// Do not enforce NetworkPolicies for this node's pods (another controller does, or none
+    /// is wanted).
+    #[arg(long)]
+    pub disable_network_policy: bool,
+
+    /// Remove the agent's Service rules and network policies (nftables tables inet litek8s
+    /// and inet litek8s-netpol) and pod routes, then exit; pods and credentials are left
+    /// alone.
     #[arg(long)]
     pub cleanup: bool,
 
@@ -156,6 +162,7 @@ impl AgentArgs {
             cni_bridge: self.cni_bridge,
             cluster_cidr: Some(self.cluster_cidr),
             disable_proxy: self.disable_proxy,
+            disable_network_policy: self.disable_network_policy,
             cluster_dns: self.cluster_dns,
             cluster_domain: self.cluster_domain,
             dns_listen: self.dns_listen,
@@ -193,7 +200,8 @@ impl AgentArgs {
     }
 }
 
-/// `--cleanup`: the agent's table and routes removed from this machine.
+/// `--cleanup`: the agent's tables (Service rules, network policies) and routes removed from
+/// this machine.
 fn cleanup() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -203,13 +211,20 @@ fn cleanup() -> anyhow::Result<()> {
     let (table, routes) = runtime
         .block_on(crate::agent::proxy::cleanup(&tools))
         .context("removing the Service rules and pod routes")?;
-    println!(
-        "{}; {routes} pod route(s) removed",
-        if table {
-            "table inet litek8s removed"
+    let policies = runtime
+        .block_on(crate::agent::netpol::cleanup(&tools))
+        .context("removing the network policy rules")?;
+    let said = |removed: bool, table: &str| {
+        if removed {
+            format!("table inet {table} removed")
         } else {
-            "no table inet litek8s"
+            format!("no table inet {table}")
         }
+    };
+    println!(
+        "{}; {}; {routes} pod route(s) removed",
+        said(table, crate::agent::proxy::ruleset::TABLE),
+        said(policies, crate::agent::netpol::ruleset::TABLE),
     );
     Ok(())
 }

@@ -66,9 +66,11 @@ impl Agent {
             // the node would report DiskPressure and be tainted for it.
             .arg("--eviction-hard")
             .arg("nodefs.available<1%,imagefs.available<1%")
-            // The tests' agents share the machine's network namespace: their Service rules
-            // and pod routes would fight. tests/agent_proxy.rs tests them in namespaces.
+            // The tests' agents share the machine's network namespace: their Service rules,
+            // policy rules and pod routes would fight. tests/agent_proxy.rs and
+            // tests/agent_netpol.rs test them in namespaces.
             .arg("--disable-proxy")
+            .arg("--disable-network-policy")
             .args(&self.extra)
             .env_remove("LITEK8S_TOKEN")
             .env_remove("NOTIFY_SOCKET")

@@ -36,7 +36,9 @@ const SYSCTLS: [(&str, &str); 2] = [
 ];
 
 /// Sets [`SYSCTLS`] in the agent's network namespace; what could not be set is logged.
-fn prepare_kernel() {
+/// The network policies need the same settings (bridged pod-to-pod traffic must reach the
+/// inet forward hook).
+pub(crate) fn prepare_kernel() {
     for (path, value) in SYSCTLS {
         if std::fs::read_to_string(path).is_ok_and(|v| v.trim() == value) {
             continue;

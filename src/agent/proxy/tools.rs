@@ -132,8 +132,13 @@ impl Tools {
 
     /// Deletes the agent's table; `false` when there was none.
     pub async fn nft_delete_table(&self) -> Result<bool, ToolError> {
+        self.nft_delete_inet_table(TABLE).await
+    }
+
+    /// Deletes the table `inet <table>`; `false` when there was none.
+    pub async fn nft_delete_inet_table(&self, table: &str) -> Result<bool, ToolError> {
         match self
-            .run("nft", &["delete", "table", "inet", TABLE], None)
+            .run("nft", &["delete", "table", "inet", table], None)
             .await?
         {
             (0, _, _) => Ok(true),
