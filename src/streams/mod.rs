@@ -17,13 +17,17 @@
 //! - `logs`: `pods/log` (options checked here, the files read by the agent).
 //! - `exec`: `pods/exec` and `pods/attach` over WebSocket (`websocket`: `v5.channel.k8s.io`,
 //!   `v4.channel.k8s.io`) or SPDY/3.1 (`spdy`), turned into the tunnel's frames (`frame`).
+//! - `portforward`: `pods/portforward` over SPDY/3.1 (`portforward.k8s.io`), directly or
+//!   tunnelled in WebSocket messages (`SPDY/3.1+portforward.k8s.io`); each forwarded
+//!   connection is one HTTP/2 stream of the tunnel.
 //!
 //! Every request is authorized by `api::router` before it gets here (`get pods/log`, `create`
-//! or `get pods/exec`), like any other request.
+//! or `get pods/exec`, `create pods/portforward`), like any other request.
 
 pub(crate) mod exec;
 pub(crate) mod frame;
 pub(crate) mod logs;
+pub(crate) mod portforward;
 pub(crate) mod relay;
 pub(crate) mod route;
 pub(crate) mod spdy;
@@ -68,7 +72,7 @@ fn target(path: &str) -> Option<(&str, &str, &str)> {
     if pods != "pods" || parts.next().is_some() || ns.is_empty() || pod.is_empty() {
         return None;
     }
-    matches!(sub, "log" | "exec" | "attach").then_some((ns, pod, sub))
+    matches!(sub, "log" | "exec" | "attach" | "portforward").then_some((ns, pod, sub))
 }
 
 /// Serves a stream request of `user` (already authorized).
@@ -83,6 +87,7 @@ where
     let result = match sub {
         "log" => logs::serve(&ctx, ns, pod, req, &user).await,
         "attach" => exec::serve(&ctx, exec::Session::Attach, ns, pod, req, &user).await,
+        "portforward" => portforward::serve(&ctx, ns, pod, req, &user).await,
         _ => exec::serve(&ctx, exec::Session::Exec, ns, pod, req, &user).await,
     };
     result.unwrap_or_else(|e| e.into_response())
@@ -100,16 +105,9 @@ pub struct PodTarget {
     pub container: String,
 }
 
-/// The pod `ns/name` and the container the request names (or its only one), with the
-/// errors kube-apiserver gives for a missing pod, an unscheduled one and a bad container.
-pub fn pod_target(
-    ctx: &ApiContext,
-    ns: &str,
-    name: &str,
-    container: Option<&str>,
-) -> Result<PodTarget, ApiError> {
-    let pod = ctx
-        .store
+/// The pod `ns/name`, with the error kube-apiserver gives for a missing one.
+fn find_pod(ctx: &ApiContext, ns: &str, name: &str) -> Result<serde_json::Value, ApiError> {
+    ctx.store
         .get(&crate::kube::object::ObjectKey::new("pods", ns, name))
         .map(|o| o.value())
         .ok_or_else(|| {
@@ -118,7 +116,36 @@ pub fn pod_target(
                 Some(info) => ApiError::not_found(info, name),
                 None => ApiError::NoRoute,
             }
-        })?;
+        })
+}
+
+/// The uid of `pod` and the node it is on (an unscheduled pod is a 400).
+fn placement(pod: &serde_json::Value, name: &str) -> Result<(String, String), ApiError> {
+    let node = pod["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if node.is_empty() {
+        return Err(ApiError::BadRequest(format!(
+            "pod {name} does not have a host assigned"
+        )));
+    }
+    let uid = pod["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    Ok((uid, node))
+}
+
+/// The pod `ns/name` and the container the request names (or its only one), with the
+/// errors kube-apiserver gives for a missing pod, an unscheduled one and a bad container.
+pub fn pod_target(
+    ctx: &ApiContext,
+    ns: &str,
+    name: &str,
+    container: Option<&str>,
+) -> Result<PodTarget, ApiError> {
+    let pod = find_pod(ctx, ns, name)?;
     let names = |list: &str| -> Vec<String> {
         pod["spec"][list]
             .as_array()
@@ -150,19 +177,7 @@ pub fn pod_target(
             )))
         }
     };
-    let node = pod["spec"]["nodeName"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    if node.is_empty() {
-        return Err(ApiError::BadRequest(format!(
-            "pod {name} does not have a host assigned"
-        )));
-    }
-    let uid = pod["metadata"]["uid"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let (uid, node) = placement(&pod, name)?;
     Ok(PodTarget {
         pod,
         uid,
@@ -232,6 +247,7 @@ mod tests {
         );
         assert!(owns("/api/v1/namespaces/d/pods/w/exec"));
         assert!(owns("/api/v1/namespaces/d/pods/w/attach"));
+        assert!(owns("/api/v1/namespaces/d/pods/w/portforward"));
         assert!(!owns("/api/v1/namespaces/d/pods/w/status"));
         assert!(!owns("/api/v1/namespaces/d/pods/w/log/x"));
         assert!(!owns("/api/v1/namespaces/d/services/w/log"));

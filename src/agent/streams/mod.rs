@@ -1,7 +1,7 @@
 //! The agent's end of the streams (`crate::streams` is the server's): the tunnel it keeps
 //! to its server (`tunnel`), on which it serves, as an HTTP/2 server, what the server asks
-//! for its pods: a container's log (`logs`), exec sessions (`exec`) and attach sessions
-//! (`attach`).
+//! for its pods: a container's log (`logs`), exec sessions (`exec`), attach sessions
+//! (`attach`) and connections to a pod's ports (`portforward`).
 //!
 //! Requests name the pod by namespace and name in the path and by uid in a header; the agent
 //! serves only what it finds on this node for that exact pod instance (its log directory,
@@ -10,6 +10,7 @@
 pub(crate) mod attach;
 pub(crate) mod exec;
 pub(crate) mod logs;
+pub(crate) mod portforward;
 pub(crate) mod tunnel;
 
 use std::convert::Infallible;
@@ -23,6 +24,7 @@ use tokio::sync::mpsc;
 use super::runtime::layout::path_component;
 use super::runtime::PodRef;
 use super::runtime::Runtime;
+use super::sandbox::Sandboxes;
 use crate::api::request::query_pairs;
 use crate::api::ApiBody;
 use crate::streams::{CONTAINER_HEADER, POD_UID_HEADER};
@@ -30,6 +32,8 @@ use crate::streams::{CONTAINER_HEADER, POD_UID_HEADER};
 /// What the agent's stream handlers share.
 pub struct StreamsDeps {
     pub runtime: Arc<Runtime>,
+    /// Where a pod's network namespace is (port-forward connects inside it).
+    pub sandboxes: Arc<Sandboxes>,
 }
 
 /// A Status answer (the server passes it to the client as it is).
@@ -52,8 +56,14 @@ fn status(code: StatusCode, reason: &str, message: &str) -> Response<ApiBody> {
     resp
 }
 
-/// The pod and container a request is for, checked to be usable as path components.
-fn pod_of(req: &Request<Incoming>, ns: &str, name: &str) -> Result<(PodRef, String), String> {
+/// The pod and container a request is for, checked to be usable as path components (a
+/// port-forward is for the pod: it names no container).
+fn pod_of(
+    req: &Request<Incoming>,
+    ns: &str,
+    name: &str,
+    needs_container: bool,
+) -> Result<(PodRef, String), String> {
     let header = |h: &str| {
         req.headers()
             .get(h)
@@ -73,6 +83,9 @@ fn pod_of(req: &Request<Incoming>, ns: &str, name: &str) -> Result<(PodRef, Stri
         ("pod name", &pod.name),
         ("container", &container),
     ] {
+        if what == "container" && !needs_container {
+            continue;
+        }
         if let Err(e) = path_component(what, v) {
             return Err(e.to_string());
         }
@@ -92,7 +105,7 @@ pub async fn handle(
         parts.next().unwrap_or(""),
         parts.next().unwrap_or(""),
     );
-    let (pod, container) = match pod_of(&req, ns, name) {
+    let (pod, container) = match pod_of(&req, ns, name, kind != "portforward") {
         Ok(found) => found,
         Err(why) => return Ok(status(StatusCode::BAD_REQUEST, "BadRequest", &why)),
     };
@@ -100,6 +113,7 @@ pub async fn handle(
         "logs" => serve_logs(&deps, &req, &pod, &container),
         "exec" => exec::serve(&deps, req, &pod, &container).await,
         "attach" => attach::serve(&deps, req, &pod, &container).await,
+        "portforward" => portforward::serve(&deps, req, &pod).await,
         _ => status(StatusCode::NOT_FOUND, "NotFound", "no such stream"),
     })
 }
