@@ -242,11 +242,7 @@ where
     let inbound = tokio::spawn(async move {
         while let Some(Ok(message)) = stream.next().await {
             match message {
-                Message::Binary(bytes) => {
-                    if pipe_wr.write_all(&bytes).await.is_err() {
-                        break;
-                    }
-                }
+                Message::Binary(bytes) if pipe_wr.write_all(&bytes).await.is_err() => break,
                 Message::Close(_) => break,
                 _ => {}
             }

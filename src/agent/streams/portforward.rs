@@ -73,6 +73,7 @@ pub async fn serve(deps: &StreamsDeps, req: Request<Incoming>, pod: &PodRef) -> 
     let stream = match connect(sandbox.netns(), port).await {
         Ok(s) => s,
         Err(e) => {
+            let e = plain(&e);
             return status(
                 StatusCode::BAD_GATEWAY,
                 "BadGateway",
@@ -80,7 +81,7 @@ pub async fn serve(deps: &StreamsDeps, req: Request<Incoming>, pod: &PodRef) -> 
                     "error forwarding port {port} to pod {}/{}, uid {}: failed to connect to localhost:{port} inside the pod's network namespace: {e}",
                     pod.namespace, pod.name, pod.uid
                 ),
-            )
+            );
         }
     };
     let _ = stream.set_nodelay(true);
@@ -112,6 +113,20 @@ pub async fn serve(deps: &StreamsDeps, req: Request<Incoming>, pod: &PodRef) -> 
         }
     });
     Response::new(channel_body(rx))
+}
+
+/// An error as Go prints it (`connection refused`), without Rust's `(os error N)`.
+fn plain(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    let text = match text.rfind(" (os error ") {
+        Some(at) => &text[..at],
+        None => &text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
 }
 
 /// A connection to `localhost:port` in network namespace `netns` (the agent's own when
@@ -169,6 +184,7 @@ mod tests {
         accepted.read_exact(&mut buf).await.unwrap();
         assert_eq!(&buf, b"hi");
         drop(listener);
-        assert!(connect(None, port).await.is_err());
+        let refused = connect(None, port).await.unwrap_err();
+        assert_eq!(plain(&refused), "connection refused");
     }
 }
