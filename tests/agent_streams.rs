@@ -6,7 +6,8 @@
 //! CNI plugins, busybox-static; `LITEK8S_SKIP_CONTAINERS=1` skips when they are missing).
 //!
 //! `kubectl port-forward` to a web server in a pod: 16 concurrent downloads checked by
-//! checksum, and a port nothing listens on.
+//! checksum, and a port nothing listens on. The pod, Service and node proxies (`get --raw`,
+//! `kubectl proxy`).
 //!
 //! Also: a pod of a node that is not connected anywhere answers 503 naming the node, a user
 //! without `pods/log` or `pods/exec` gets 403, and bad input (exec into a container that
@@ -33,9 +34,9 @@ const IMAGE: &str = "litek8s.test/busybox:1";
 const RUNTIME_ROOT: &str = "/run/litek8s";
 /// Hang guards, not performance assertions.
 const RUNNING_GUARD: Duration = Duration::from_secs(90);
-/// The `web` pod: busybox httpd serving a 4 MiB file `/f` and its checksum `/sum` on 8080
+/// The `web` pod: busybox httpd serving a 4 MiB file `/f`, its checksum `/sum` and an index on 8080
 /// (a file, then the server, so a served file is complete).
-const WEB_SERVER: &str = "dd if=/dev/urandom of=/www/f bs=1024 count=4096 2>/dev/null && sha256sum /www/f | cut -d' ' -f1 > /www/sum && exec httpd -f -p 8080 -h /www";
+const WEB_SERVER: &str = "dd if=/dev/urandom of=/www/f bs=1024 count=4096 2>/dev/null && sha256sum /www/f | cut -d' ' -f1 > /www/sum && echo web-index > /www/index.html && exec httpd -f -p 8080 -h /www";
 /// Concurrent downloads through one `kubectl port-forward`.
 const DOWNLOADS: usize = 16;
 
@@ -321,23 +322,33 @@ fn logs_and_exec_through_another_server() {
         )
         .await;
         // A web server with a 4 MiB file and its checksum, for port-forward.
-        create(
-            &c,
-            &pod(
-                "web",
-                &[],
-                json!({
+        let mut web = pod(
+            "web",
+            &[],
+            json!({
                     "nodeName": "n1",
                     "volumes": [{"name": "www", "emptyDir": {}}],
                     "containers": [{
                         "name": "c", "image": IMAGE,
                         "command": ["sh", "-c", WEB_SERVER],
                         "volumeMounts": [{"name": "www", "mountPath": "/www"}],
+                        "ports": [{"name": "http", "containerPort": 8080}],
                     }],
-                }),
-            ),
-        )
-        .await;
+            }),
+        );
+        web["metadata"]["labels"] = json!({"app": "web"});
+        create(&c, &web).await;
+        // Its Service, port 80 to the pod's 8080.
+        let service = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        });
+        let resp = c
+            .post_json("/api/v1/namespaces/default/services", &service)
+            .await
+            .expect("POST");
+        assert_eq!(resp.status, 201, "{}", resp.text());
         // alice may read pods, not their logs nor exec into them.
         let role = json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
@@ -686,6 +697,7 @@ fn logs_and_exec_through_another_server() {
         wait_pod(&c, &setup.agent, "web", running).await;
     });
     port_forward(kc);
+    proxies(kc);
 
     // Bad input: exec into a container that is not running, malformed upgrades, a broken
     // SPDY frame; the server answers cleanly and keeps serving.
@@ -875,6 +887,126 @@ fn port_forward(kc: &Path) {
             "{k}: {}",
             explain(&out)
         );
+    }
+}
+
+/// The proxies with each kubectl: `get --raw` of the `web` pod's port (by number, by name,
+/// with a scheme), `kubectl proxy` then the `web` Service's port 80, the node's `healthz` and
+/// stats summary; 403 for a user without `pods/proxy`.
+fn proxies(kc: &Path) {
+    let sum = text(&kubectl(
+        KUBECTLS[0],
+        kc,
+        &["exec", "web", "--", "cat", "/www/sum"],
+    ));
+    assert_eq!(sum.trim().len(), 64, "the checksum file: {sum:?}");
+    for k in KUBECTLS {
+        for spec in ["web:8080", "web:http", "http:web:8080"] {
+            let path = format!("/api/v1/namespaces/default/pods/{spec}/proxy/sum");
+            let out = kubectl(k, kc, &["get", "--raw", &path]);
+            assert_eq!(text(&out), sum, "{k} {path}: {}", explain(&out));
+        }
+        let out = kubectl(
+            k,
+            kc,
+            &[
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default/pods/web:8080/proxy/",
+            ],
+        );
+        assert_eq!(
+            text(&out),
+            "web-index\n",
+            "{k}: the index: {}",
+            explain(&out)
+        );
+        let out = kubectl(
+            k,
+            kc,
+            &[
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default/pods/web:81/proxy/",
+            ],
+        );
+        assert!(
+            !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("refused"),
+            "{k}: a closed port: {}",
+            explain(&out)
+        );
+        let out = kubectl(k, kc, &["get", "--raw", "/api/v1/nodes/n1/proxy/healthz"]);
+        assert_eq!(text(&out), "ok", "{k}: {}", explain(&out));
+        let out = kubectl(
+            k,
+            kc,
+            &["get", "--raw", "/api/v1/nodes/n1/proxy/stats/summary"],
+        );
+        let summary: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{k}: {e}: {}", explain(&out)));
+        assert_eq!(summary["node"]["nodeName"], "n1", "{summary:#}");
+        assert!(
+            summary["node"]["memory"]["workingSetBytes"].as_u64() > Some(0)
+                && summary["node"]["cpu"]["usageCoreNanoSeconds"].as_u64() > Some(0),
+            "{summary:#}"
+        );
+        let pods = summary["pods"].as_array().cloned().unwrap_or_default();
+        assert!(
+            pods.iter()
+                .any(|p| p["podRef"]["name"] == "web" && p["containers"][0]["name"] == "c"),
+            "{summary:#}"
+        );
+        let out = kubectl(
+            k,
+            kc,
+            &[
+                "--as=alice",
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default/pods/web:8080/proxy/sum",
+            ],
+        );
+        assert!(
+            !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("forbidden"),
+            "{k}: {}",
+            explain(&out)
+        );
+
+        // kubectl proxy, then the Service (its endpoint may take a moment to be published).
+        let mut child = Command::new(k)
+            .arg("--kubeconfig")
+            .arg(kc)
+            .args(["proxy", "--port=0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("kubectl proxy");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("kubectl proxy's first line");
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .unwrap_or_else(|| panic!("{k}: kubectl proxy said {line:?}"));
+        let url =
+            format!("http://127.0.0.1:{port}/api/v1/namespaces/default/services/web:80/proxy/sum");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let got = loop {
+            let out = Command::new("curl")
+                .args(["-sS", "--max-time", "20", &url])
+                .output()
+                .expect("curl");
+            if text(&out) == sum || Instant::now() > deadline {
+                break out;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(text(&got), sum, "{k}: {}", explain(&got));
     }
 }
 

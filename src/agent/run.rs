@@ -504,7 +504,11 @@ pub async fn run_until(
                         api.clone(),
                         tls,
                         settings.node_name.clone(),
-                        Arc::new(StreamsDeps { runtime, sandboxes }),
+                        Arc::new(StreamsDeps {
+                            runtime,
+                            sandboxes,
+                            node_name: settings.node_name.clone(),
+                        }),
                         stop.clone(),
                     ));
                 }

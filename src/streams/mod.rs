@@ -1,5 +1,6 @@
-//! Streams to a node's agent: `pods/log`, `pods/exec` and `pods/attach`, served by whichever server kubectl
-//! reaches, carried to the agent of the pod's node.
+//! Streams to a node's agent: `pods/log`, `pods/exec`, `pods/attach`, `pods/portforward` and
+//! the pod, Service and node proxies, served by whichever server kubectl reaches, carried to
+//! the agent of the pod's node.
 //!
 //! - `tunnel`: the agent's one long-lived connection to its server. The agent dials the
 //!   server's API port with its node certificate and upgrades the HTTP/1.1 connection; on the
@@ -20,14 +21,17 @@
 //! - `portforward`: `pods/portforward` over SPDY/3.1 (`portforward.k8s.io`), directly or
 //!   tunnelled in WebSocket messages (`SPDY/3.1+portforward.k8s.io`); each forwarded
 //!   connection is one HTTP/2 stream of the tunnel.
+//! - `proxy`: `pods/proxy`, `services/proxy` (to a ready endpoint's pod) and `nodes/proxy`,
+//!   HTTP requests passed to the agent of the pod's node, which dials its own pods.
 //!
 //! Every request is authorized by `api::router` before it gets here (`get pods/log`, `create`
-//! or `get pods/exec`, `create pods/portforward`), like any other request.
+//! or `get pods/exec`, `create pods/portforward`, `get pods/proxy`…), like any other request.
 
 pub(crate) mod exec;
 pub(crate) mod frame;
 pub(crate) mod logs;
 pub(crate) mod portforward;
+pub(crate) mod proxy;
 pub(crate) mod relay;
 pub(crate) mod route;
 pub(crate) mod spdy;
@@ -61,7 +65,7 @@ pub struct Streams {
 
 /// Whether `path` is a stream subresource this module serves.
 pub fn owns(path: &str) -> bool {
-    target(path).is_some()
+    target(path).is_some() || proxy::parse(path).is_some()
 }
 
 /// The namespace, pod and subresource of a stream path.
@@ -81,6 +85,11 @@ where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
 {
     let path = req.uri().path().to_string();
+    if let Some(proxied) = proxy::parse(&path) {
+        return proxy::serve(&ctx, proxied, req, &user)
+            .await
+            .unwrap_or_else(|e| e.into_response());
+    }
     let Some((ns, pod, sub)) = target(&path) else {
         return ApiError::NoRoute.into_response();
     };
