@@ -1,6 +1,7 @@
 //! `pods/portforward` (`kubectl port-forward`). kubectl speaks SPDY/3.1 with the
-//! `portforward.k8s.io` protocol: kubectl ≤ 1.29 after an HTTP upgrade to `SPDY/3.1`
-//! (`X-Stream-Protocol-Version: portforward.k8s.io`), kubectl ≥ 1.30 inside a WebSocket
+//! `portforward.k8s.io` protocol: kubectl ≤ 1.30 after an HTTP upgrade to `SPDY/3.1`
+//! (`X-Stream-Protocol-Version: portforward.k8s.io`), kubectl ≥ 1.31 (1.30 with
+//! `KUBECTL_PORT_FORWARD_WEBSOCKETS=true`) inside a WebSocket
 //! whose subprotocol is `SPDY/3.1+portforward.k8s.io`, every binary message a piece of the
 //! same SPDY byte stream in either direction. When that WebSocket upgrade is refused
 //! (any answer but 101) kubectl falls back to plain SPDY, so a request this server cannot
