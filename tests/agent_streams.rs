@@ -5,6 +5,10 @@
 //! image imported), as in tests/agent_pods.rs, whose requirements apply (root, runc, conmon,
 //! CNI plugins, busybox-static; `LITEK8S_SKIP_CONTAINERS=1` skips when they are missing).
 //!
+//! `kubectl port-forward` to a web server in a pod: 16 concurrent downloads checked by
+//! checksum, and a port nothing listens on. The pod, Service and node proxies (`get --raw`,
+//! `kubectl proxy`).
+//!
 //! Also: a pod of a node that is not connected anywhere answers 503 naming the node, a user
 //! without `pods/log` or `pods/exec` gets 403, and bad input (exec into a container that
 //! exited, a malformed WebSocket upgrade, a malformed SPDY frame) gets a clean error while
@@ -30,6 +34,11 @@ const IMAGE: &str = "litek8s.test/busybox:1";
 const RUNTIME_ROOT: &str = "/run/litek8s";
 /// Hang guards, not performance assertions.
 const RUNNING_GUARD: Duration = Duration::from_secs(90);
+/// The `web` pod: busybox httpd serving a 4 MiB file `/f`, its checksum `/sum` and an index on 8080
+/// (a file, then the server, so a served file is complete).
+const WEB_SERVER: &str = "dd if=/dev/urandom of=/www/f bs=1024 count=4096 2>/dev/null && sha256sum /www/f | cut -d' ' -f1 > /www/sum && echo web-index > /www/index.html && exec httpd -f -p 8080 -h /www";
+/// Concurrent downloads through one `kubectl port-forward`.
+const DOWNLOADS: usize = 16;
 
 fn missing_tools() -> Vec<String> {
     let mut missing = Vec::new();
@@ -312,6 +321,34 @@ fn logs_and_exec_through_another_server() {
             ),
         )
         .await;
+        // A web server with a 4 MiB file and its checksum, for port-forward.
+        let mut web = pod(
+            "web",
+            &[],
+            json!({
+                    "nodeName": "n1",
+                    "volumes": [{"name": "www", "emptyDir": {}}],
+                    "containers": [{
+                        "name": "c", "image": IMAGE,
+                        "command": ["sh", "-c", WEB_SERVER],
+                        "volumeMounts": [{"name": "www", "mountPath": "/www"}],
+                        "ports": [{"name": "http", "containerPort": 8080}],
+                    }],
+            }),
+        );
+        web["metadata"]["labels"] = json!({"app": "web"});
+        create(&c, &web).await;
+        // Its Service, port 80 to the pod's 8080.
+        let service = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        });
+        let resp = c
+            .post_json("/api/v1/namespaces/default/services", &service)
+            .await
+            .expect("POST");
+        assert_eq!(resp.status, 201, "{}", resp.text());
         // alice may read pods, not their logs nor exec into them.
         let role = json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
@@ -656,6 +693,12 @@ fn logs_and_exec_through_another_server() {
         "kubectl 1.33 fell back from WebSocket: {log}"
     );
 
+    rt.block_on(async {
+        wait_pod(&c, &setup.agent, "web", running).await;
+    });
+    port_forward(kc);
+    proxies(kc);
+
     // Bad input: exec into a container that is not running, malformed upgrades, a broken
     // SPDY frame; the server answers cleanly and keeps serving.
     rt.block_on(async {
@@ -695,9 +738,349 @@ fn logs_and_exec_through_another_server() {
         answer.starts_with("HTTP/1.1 101") && answer.contains("closed"),
         "{answer}"
     );
+    // Malformed port headers on a port-forward session: each pair gets its error message,
+    // and the session still forwards afterwards.
+    let sum = kubectl(KUBECTLS[0], kc, &["exec", "web", "--", "cat", "/www/sum"]);
+    let sum = text(&sum).trim().to_string();
+    let answer = raw_port_forward(
+        &c_addr,
+        &token,
+        "/api/v1/namespaces/default/pods/web/portforward",
+    );
+    assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
+    for port in ["''", "'0'", "'70000'"] {
+        assert!(
+            answer.contains(&format!("port {port} error: invalid port forward request")),
+            "{port}: {answer}"
+        );
+    }
+    assert!(
+        answer.contains("port '8080' error: \n") && answer.contains(&sum) && sum.len() == 64,
+        "{sum}: {answer}"
+    );
     let out = kubectl(KUBECTLS[1], kc, &["exec", "fixed", "--", "echo", "still"]);
     assert_eq!(text(&out), "still\n", "{}", explain(&out));
     let _ = std::io::stdout().flush();
+}
+
+/// `kubectl port-forward` to the `web` pod with each kubectl (SPDY for 1.27, SPDY inside a
+/// WebSocket for 1.33): [`DOWNLOADS`] concurrent downloads checked by checksum, then a
+/// forwarded port nothing listens on (81), whose error kubectl prints (both then end the
+/// whole forward, client-go's choice on any error stream message; that the session itself
+/// stays usable is checked by [`raw_port_forward`]). A user without `pods/portforward` is
+/// refused.
+fn port_forward(kc: &Path) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for k in KUBECTLS {
+        let stderr_path = dir.path().join("stderr");
+        let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
+        let mut child = Command::new(k)
+            .arg("--kubeconfig")
+            .arg(kc)
+            .args(["-v=7", "port-forward", "pod/web", ":8080", ":81"])
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("kubectl port-forward");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        // "Forwarding from 127.0.0.1:PORT -> 8080", and the same for 81.
+        let (mut web, mut nothing) = (None, None);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while web.is_none() || nothing.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(line) = rx.recv_timeout(left) else {
+                let _ = child.kill();
+                panic!(
+                    "{k}: no forwarding: {}",
+                    std::fs::read_to_string(&stderr_path).unwrap_or_default()
+                );
+            };
+            let Some(rest) = line.strip_prefix("Forwarding from 127.0.0.1:") else {
+                continue;
+            };
+            let (port, remote) = rest.split_once(" -> ").expect("a forwarding line");
+            let port: u16 = port.parse().expect("a local port");
+            match remote {
+                "8080" => web = Some(port),
+                _ => nothing = Some(port),
+            }
+        }
+        let (web, nothing) = (web.unwrap_or(0), nothing.unwrap_or(0));
+        let expected = curl(web, "sum");
+        let expected = String::from_utf8_lossy(&expected.stdout).trim().to_string();
+        assert_eq!(expected.len(), 64, "{k}: the checksum file: {expected:?}");
+        let started = Instant::now();
+        let downloads: Vec<_> = (0..DOWNLOADS)
+            .map(|i| {
+                let file = dir.path().join(format!("f{i}"));
+                Command::new("curl")
+                    .args(["-sS", "--max-time", "60", "-o"])
+                    .arg(&file)
+                    .arg(format!("http://127.0.0.1:{web}/f"))
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map(|c| (file, c))
+                    .expect("curl")
+            })
+            .collect();
+        for (file, download) in downloads {
+            let out = download.wait_with_output().expect("curl ends");
+            assert!(out.status.success(), "{k}: {}", explain(&out));
+            let sum = Command::new("sha256sum")
+                .arg(&file)
+                .output()
+                .expect("sha256sum");
+            let sum = text(&sum);
+            assert_eq!(
+                sum.split_whitespace().next(),
+                Some(expected.as_str()),
+                "{k}: {} differs",
+                file.display()
+            );
+        }
+        println!(
+            "{k}: {DOWNLOADS} downloads of 4 MiB through port-forward in {:?}",
+            started.elapsed()
+        );
+        // Nothing listens on 81: the connection ends, kubectl prints the error stream's
+        // message.
+        let out = curl(nothing, "");
+        assert!(
+            out.stdout.is_empty(),
+            "{k}: port 81 answered: {}",
+            explain(&out)
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let log = loop {
+            let log = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+            if log.contains("error forwarding port 81") || Instant::now() > deadline {
+                break log;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(
+            log.contains("error forwarding port 81") && log.contains("connection refused"),
+            "{k}: {log}"
+        );
+        if k == KUBECTLS[1] {
+            // kubectl 1.33 tunnelled SPDY in a WebSocket (a GET) and had no need to fall
+            // back to SPDY (a POST).
+            assert!(
+                log.contains("verb=\"GET\"") && !log.contains("verb=\"POST\""),
+                "kubectl 1.33 fell back from WebSocket: {log}"
+            );
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        // alice may not forward ports.
+        let out = kubectl(k, kc, &["--as=alice", "port-forward", "pod/web", ":8080"]);
+        assert!(
+            !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("forbidden"),
+            "{k}: {}",
+            explain(&out)
+        );
+    }
+}
+
+/// The proxies with each kubectl: `get --raw` of the `web` pod's port (by number, by name,
+/// with a scheme), `kubectl proxy` then the `web` Service's port 80, the node's `healthz` and
+/// stats summary; 403 for a user without `pods/proxy`.
+fn proxies(kc: &Path) {
+    let sum = text(&kubectl(
+        KUBECTLS[0],
+        kc,
+        &["exec", "web", "--", "cat", "/www/sum"],
+    ));
+    assert_eq!(sum.trim().len(), 64, "the checksum file: {sum:?}");
+    for k in KUBECTLS {
+        for spec in ["web:8080", "web:http", "http:web:8080"] {
+            let path = format!("/api/v1/namespaces/default/pods/{spec}/proxy/sum");
+            let out = kubectl(k, kc, &["get", "--raw", &path]);
+            assert_eq!(text(&out), sum, "{k} {path}: {}", explain(&out));
+        }
+        let out = kubectl(
+            k,
+            kc,
+            &[
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default/pods/web:8080/proxy/",
+            ],
+        );
+        assert_eq!(
+            text(&out),
+            "web-index\n",
+            "{k}: the index: {}",
+            explain(&out)
+        );
+        let out = kubectl(
+            k,
+            kc,
+            &[
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default/pods/web:81/proxy/",
+            ],
+        );
+        assert!(
+            !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("refused"),
+            "{k}: a closed port: {}",
+            explain(&out)
+        );
+        let out = kubectl(k, kc, &["get", "--raw", "/api/v1/nodes/n1/proxy/healthz"]);
+        assert_eq!(text(&out), "ok", "{k}: {}", explain(&out));
+        let out = kubectl(
+            k,
+            kc,
+            &["get", "--raw", "/api/v1/nodes/n1/proxy/stats/summary"],
+        );
+        let summary: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{k}: {e}: {}", explain(&out)));
+        assert_eq!(summary["node"]["nodeName"], "n1", "{summary:#}");
+        assert!(
+            summary["node"]["memory"]["workingSetBytes"].as_u64() > Some(0)
+                && summary["node"]["cpu"]["usageCoreNanoSeconds"].as_u64() > Some(0),
+            "{summary:#}"
+        );
+        let pods = summary["pods"].as_array().cloned().unwrap_or_default();
+        assert!(
+            pods.iter()
+                .any(|p| p["podRef"]["name"] == "web" && p["containers"][0]["name"] == "c"),
+            "{summary:#}"
+        );
+        let out = kubectl(
+            k,
+            kc,
+            &[
+                "--as=alice",
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default/pods/web:8080/proxy/sum",
+            ],
+        );
+        assert!(
+            !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("forbidden"),
+            "{k}: {}",
+            explain(&out)
+        );
+
+        // kubectl proxy, then the Service (its endpoint may take a moment to be published).
+        let mut child = Command::new(k)
+            .arg("--kubeconfig")
+            .arg(kc)
+            .args(["proxy", "--port=0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("kubectl proxy");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("kubectl proxy's first line");
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .unwrap_or_else(|| panic!("{k}: kubectl proxy said {line:?}"));
+        let url =
+            format!("http://127.0.0.1:{port}/api/v1/namespaces/default/services/web:80/proxy/sum");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let got = loop {
+            let out = Command::new("curl")
+                .args(["-sS", "--max-time", "20", &url])
+                .output()
+                .expect("curl");
+            if text(&out) == sum || Instant::now() > deadline {
+                break out;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(text(&got), sum, "{k}: {}", explain(&got));
+    }
+}
+
+/// A port-forward session over SPDY by hand (Python; header blocks compressed without
+/// SPDY's dictionary, which zlib lets the server tell): pairs of streams with a missing, 0,
+/// 70000 and 8080 port header, the last sending an HTTP request. Returns the answer's status
+/// line, then per pair its error stream's text (and for 8080 the data's end).
+fn raw_port_forward(addr: &str, token: &str, path: &str) -> String {
+    let (host, port) = addr.rsplit_once(':').expect("host:port");
+    let script = r#"
+import socket, ssl, struct, sys, zlib
+host, port, token, path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+s = ctx.wrap_socket(socket.create_connection((host, port), timeout=20))
+s.sendall(("POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: portforward.k8s.io\r\nContent-Length: 0\r\n\r\n" % (path, host, token)).encode())
+buf = b""
+while b"\r\n\r\n" not in buf:
+    chunk = s.recv(65536)
+    if not chunk:
+        print("closed before an answer"); sys.exit(0)
+    buf += chunk
+head, buf = buf.split(b"\r\n\r\n", 1)
+print(head.split(b"\r\n")[0].decode())
+z = zlib.compressobj()
+def syn(sid, headers):
+    block = struct.pack(">I", len(headers))
+    for k, v in headers:
+        block += struct.pack(">I", len(k)) + k.encode() + struct.pack(">I", len(v)) + v.encode()
+    block = z.compress(block) + z.flush(zlib.Z_SYNC_FLUSH)
+    body = struct.pack(">II", sid, 0) + b"\0\0" + block
+    return struct.pack(">HHI", 0x8003, 1, len(body)) + body
+def data(sid, flags, payload):
+    return struct.pack(">II", sid, (flags << 24) | len(payload)) + payload
+got, fin = {}, set()
+def until_fin(sid):
+    global buf
+    while True:
+        while len(buf) >= 8:
+            a, b = struct.unpack(">II", buf[:8]); n = b & 0xffffff
+            if len(buf) < 8 + n: break
+            payload, buf = buf[8:8 + n], buf[8 + n:]
+            if a & 0x80000000: continue
+            got[a] = got.get(a, b"") + payload
+            if (b >> 24) & 1: fin.add(a)
+        if sid in fin:
+            return got.get(sid, b"").decode(errors="replace")
+        chunk = s.recv(65536)
+        if not chunk:
+            return "closed"
+        buf += chunk
+sid = 1
+for i, p in enumerate(["", "0", "70000", "8080"]):
+    hs = lambda kind: [("streamtype", kind), ("requestid", str(i))] + ([("port", p)] if p else [])
+    s.sendall(syn(sid, hs("error")) + syn(sid + 2, hs("data")))
+    if p == "8080":
+        s.sendall(data(sid + 2, 0, b"GET /sum HTTP/1.0\r\n\r\n"))
+        print("port %r data: %s" % (p, until_fin(sid + 2).strip()[-70:]))
+    print("port %r error: %s" % (p, until_fin(sid)))
+    sid += 4
+"#;
+    let out = Command::new("timeout")
+        .args(["60", "python3", "-c", script, host, port, token, path])
+        .output()
+        .expect("python3");
+    format!("{}{}", text(&out), String::from_utf8_lossy(&out.stderr))
+}
+
+/// `curl http://127.0.0.1:PORT/PATH`.
+fn curl(port: u16, path: &str) -> Output {
+    Command::new("curl")
+        .args(["-sS", "--max-time", "20"])
+        .arg(format!("http://127.0.0.1:{port}/{path}"))
+        .output()
+        .expect("curl")
 }
 
 /// `kubectl exec -it fixed -- sh -c SCRIPT` in a terminal (see [`in_terminal`]).

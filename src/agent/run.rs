@@ -124,7 +124,7 @@ async fn start_pods(
     machine: &Machine,
     counts: PodCounts,
     stop: &CancellationToken,
-) -> Result<Arc<Runtime>, String> {
+) -> Result<(Arc<Runtime>, Arc<Sandboxes>), String> {
     let runtime = Runtime::new(
         info,
         RuntimeSettings::new(&settings.node_dir, &settings.log_dir),
@@ -200,13 +200,13 @@ async fn start_pods(
             api: api.clone(),
             runtime: runtime.clone(),
             images,
-            sandboxes,
+            sandboxes: sandboxes.clone(),
             settings: pods_settings,
         },
         counts,
         stop.clone(),
     );
-    Ok(runtime)
+    Ok((runtime, sandboxes))
 }
 
 /// What pods may use of this machine, as the Node's allocatable says: capacity minus
@@ -506,13 +506,17 @@ pub async fn run_until(
         let problem = runtime_problem.clone();
         tokio::spawn(async move {
             match start_pods(&settings, &api, info, &state, &pods_machine, counts2, &stop).await {
-                // The tunnel serves logs and exec of the pods the runtime runs.
-                Ok(runtime) => {
+                // The tunnel serves logs, exec and port-forward of the pods run here.
+                Ok((runtime, sandboxes)) => {
                     tokio::spawn(super::streams::tunnel::run(
                         api.clone(),
                         tls,
                         settings.node_name.clone(),
-                        Arc::new(StreamsDeps { runtime }),
+                        Arc::new(StreamsDeps {
+                            runtime,
+                            sandboxes,
+                            node_name: settings.node_name.clone(),
+                        }),
                         stop.clone(),
                     ));
                 }

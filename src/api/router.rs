@@ -73,13 +73,11 @@ where
     } else {
         let mut info = RequestInfo::from_request(req.method(), &path, req.uri().query());
         let mut decision = ctx.authorizer.authorize(&user, &info);
-        // A WebSocket exec or attach is a GET, but it runs a command (or types into one) as a
-        // POST does: it needs `create` as well, as kube-apiserver asks, so `get pods/exec`
-        // alone never runs anything.
-        if decision.allowed()
-            && info.verb == "get"
-            && matches!(info.subresource.as_str(), "exec" | "attach")
-        {
+        // A WebSocket exec, attach or port-forward is a GET, but it runs a command (types
+        // into one, opens connections in a pod) as a POST does: it needs `create` as well, as
+        // kube-apiserver asks, so `get pods/exec` alone never runs anything.
+        let session = matches!(info.subresource.as_str(), "exec" | "attach" | "portforward");
+        if decision.allowed() && info.verb == "get" && session {
             info.verb = "create".into();
             decision = ctx.authorizer.authorize(&user, &info);
         }

@@ -1,5 +1,6 @@
-//! Streams to a node's agent: `pods/log`, `pods/exec` and `pods/attach`, served by whichever server kubectl
-//! reaches, carried to the agent of the pod's node.
+//! Streams to a node's agent: `pods/log`, `pods/exec`, `pods/attach`, `pods/portforward` and
+//! the pod, Service and node proxies, served by whichever server kubectl reaches, carried to
+//! the agent of the pod's node.
 //!
 //! - `tunnel`: the agent's one long-lived connection to its server. The agent dials the
 //!   server's API port with its node certificate and upgrades the HTTP/1.1 connection; on the
@@ -17,13 +18,20 @@
 //! - `logs`: `pods/log` (options checked here, the files read by the agent).
 //! - `exec`: `pods/exec` and `pods/attach` over WebSocket (`websocket`: `v5.channel.k8s.io`,
 //!   `v4.channel.k8s.io`) or SPDY/3.1 (`spdy`), turned into the tunnel's frames (`frame`).
+//! - `portforward`: `pods/portforward` over SPDY/3.1 (`portforward.k8s.io`), directly or
+//!   tunnelled in WebSocket messages (`SPDY/3.1+portforward.k8s.io`); each forwarded
+//!   connection is one HTTP/2 stream of the tunnel.
+//! - `proxy`: `pods/proxy`, `services/proxy` (to a ready endpoint's pod) and `nodes/proxy`,
+//!   HTTP requests passed to the agent of the pod's node, which dials its own pods.
 //!
 //! Every request is authorized by `api::router` before it gets here (`get pods/log`, `create`
-//! or `get pods/exec`), like any other request.
+//! or `get pods/exec`, `create pods/portforward`, `get pods/proxy`…), like any other request.
 
 pub(crate) mod exec;
 pub(crate) mod frame;
 pub(crate) mod logs;
+pub(crate) mod portforward;
+pub(crate) mod proxy;
 pub(crate) mod relay;
 pub(crate) mod route;
 pub(crate) mod spdy;
@@ -57,7 +65,7 @@ pub struct Streams {
 
 /// Whether `path` is a stream subresource this module serves.
 pub fn owns(path: &str) -> bool {
-    target(path).is_some()
+    target(path).is_some() || proxy::parse(path).is_some()
 }
 
 /// The namespace, pod and subresource of a stream path.
@@ -68,7 +76,7 @@ fn target(path: &str) -> Option<(&str, &str, &str)> {
     if pods != "pods" || parts.next().is_some() || ns.is_empty() || pod.is_empty() {
         return None;
     }
-    matches!(sub, "log" | "exec" | "attach").then_some((ns, pod, sub))
+    matches!(sub, "log" | "exec" | "attach" | "portforward").then_some((ns, pod, sub))
 }
 
 /// Serves a stream request of `user` (already authorized).
@@ -77,12 +85,18 @@ where
     B: hyper::body::Body<Data = Bytes> + Send + 'static,
 {
     let path = req.uri().path().to_string();
+    if let Some(proxied) = proxy::parse(&path) {
+        return proxy::serve(&ctx, proxied, req, &user)
+            .await
+            .unwrap_or_else(|e| e.into_response());
+    }
     let Some((ns, pod, sub)) = target(&path) else {
         return ApiError::NoRoute.into_response();
     };
     let result = match sub {
         "log" => logs::serve(&ctx, ns, pod, req, &user).await,
         "attach" => exec::serve(&ctx, exec::Session::Attach, ns, pod, req, &user).await,
+        "portforward" => portforward::serve(&ctx, ns, pod, req, &user).await,
         _ => exec::serve(&ctx, exec::Session::Exec, ns, pod, req, &user).await,
     };
     result.unwrap_or_else(|e| e.into_response())
@@ -100,16 +114,9 @@ pub struct PodTarget {
     pub container: String,
 }
 
-/// The pod `ns/name` and the container the request names (or its only one), with the
-/// errors kube-apiserver gives for a missing pod, an unscheduled one and a bad container.
-pub fn pod_target(
-    ctx: &ApiContext,
-    ns: &str,
-    name: &str,
-    container: Option<&str>,
-) -> Result<PodTarget, ApiError> {
-    let pod = ctx
-        .store
+/// The pod `ns/name`, with the error kube-apiserver gives for a missing one.
+fn find_pod(ctx: &ApiContext, ns: &str, name: &str) -> Result<serde_json::Value, ApiError> {
+    ctx.store
         .get(&crate::kube::object::ObjectKey::new("pods", ns, name))
         .map(|o| o.value())
         .ok_or_else(|| {
@@ -118,7 +125,36 @@ pub fn pod_target(
                 Some(info) => ApiError::not_found(info, name),
                 None => ApiError::NoRoute,
             }
-        })?;
+        })
+}
+
+/// The uid of `pod` and the node it is on (an unscheduled pod is a 400).
+fn placement(pod: &serde_json::Value, name: &str) -> Result<(String, String), ApiError> {
+    let node = pod["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if node.is_empty() {
+        return Err(ApiError::BadRequest(format!(
+            "pod {name} does not have a host assigned"
+        )));
+    }
+    let uid = pod["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    Ok((uid, node))
+}
+
+/// The pod `ns/name` and the container the request names (or its only one), with the
+/// errors kube-apiserver gives for a missing pod, an unscheduled one and a bad container.
+pub fn pod_target(
+    ctx: &ApiContext,
+    ns: &str,
+    name: &str,
+    container: Option<&str>,
+) -> Result<PodTarget, ApiError> {
+    let pod = find_pod(ctx, ns, name)?;
     let names = |list: &str| -> Vec<String> {
         pod["spec"][list]
             .as_array()
@@ -150,19 +186,7 @@ pub fn pod_target(
             )))
         }
     };
-    let node = pod["spec"]["nodeName"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    if node.is_empty() {
-        return Err(ApiError::BadRequest(format!(
-            "pod {name} does not have a host assigned"
-        )));
-    }
-    let uid = pod["metadata"]["uid"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let (uid, node) = placement(&pod, name)?;
     Ok(PodTarget {
         pod,
         uid,
@@ -232,6 +256,7 @@ mod tests {
         );
         assert!(owns("/api/v1/namespaces/d/pods/w/exec"));
         assert!(owns("/api/v1/namespaces/d/pods/w/attach"));
+        assert!(owns("/api/v1/namespaces/d/pods/w/portforward"));
         assert!(!owns("/api/v1/namespaces/d/pods/w/status"));
         assert!(!owns("/api/v1/namespaces/d/pods/w/log/x"));
         assert!(!owns("/api/v1/namespaces/d/services/w/log"));

@@ -22,12 +22,26 @@ use crate::cluster::forward::{user_header, FORWARDED_USER};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Relays `req` of `user` to server `server` at `addr`.
+/// Relays `req` of `user` to server `server` at `addr` (its body is not read: stream
+/// requests have none, or upgrade).
 pub async fn relay<B>(
     peers: &Peers,
     server: &str,
     addr: &str,
+    req: Request<B>,
+    user: &UserInfo,
+) -> Result<Response<ApiBody>, ApiError> {
+    let empty = Empty::<Bytes>::new().map_err(|e| match e {}).boxed();
+    relay_with_body(peers, server, addr, req, empty, user).await
+}
+
+/// Relays `req` with `body` (a proxied request's).
+pub async fn relay_with_body<B>(
+    peers: &Peers,
+    server: &str,
+    addr: &str,
     mut req: Request<B>,
+    body: ApiBody,
     user: &UserInfo,
 ) -> Result<Response<ApiBody>, ApiError> {
     let unreachable = |what: String| {
@@ -63,7 +77,7 @@ pub async fn relay<B>(
     let mut out = Request::builder()
         .method(req.method().clone())
         .uri(path)
-        .body(Empty::<Bytes>::new())
+        .body(body)
         .map_err(|e| ApiError::BadRequest(format!("request cannot be relayed: {e}")))?;
     for (k, v) in req.headers() {
         // The user sent is the one impersonation already resolved to: the receiver must not

@@ -1,7 +1,8 @@
 //! The agent's end of the streams (`crate::streams` is the server's): the tunnel it keeps
 //! to its server (`tunnel`), on which it serves, as an HTTP/2 server, what the server asks
-//! for its pods: a container's log (`logs`), exec sessions (`exec`) and attach sessions
-//! (`attach`).
+//! for its pods: a container's log (`logs`), exec sessions (`exec`), attach sessions
+//! (`attach`), connections to a pod's ports (`portforward`), HTTP requests to a pod
+//! (`proxy`), and the node's own `healthz` and stats summary (`proxy`, `stats`).
 //!
 //! Requests name the pod by namespace and name in the path and by uid in a header; the agent
 //! serves only what it finds on this node for that exact pod instance (its log directory,
@@ -10,6 +11,9 @@
 pub(crate) mod attach;
 pub(crate) mod exec;
 pub(crate) mod logs;
+pub(crate) mod portforward;
+pub(crate) mod proxy;
+pub(crate) mod stats;
 pub(crate) mod tunnel;
 
 use std::convert::Infallible;
@@ -23,6 +27,7 @@ use tokio::sync::mpsc;
 use super::runtime::layout::path_component;
 use super::runtime::PodRef;
 use super::runtime::Runtime;
+use super::sandbox::Sandboxes;
 use crate::api::request::query_pairs;
 use crate::api::ApiBody;
 use crate::streams::{CONTAINER_HEADER, POD_UID_HEADER};
@@ -30,6 +35,9 @@ use crate::streams::{CONTAINER_HEADER, POD_UID_HEADER};
 /// What the agent's stream handlers share.
 pub struct StreamsDeps {
     pub runtime: Arc<Runtime>,
+    /// Where a pod's network namespace and IP are (port-forward, proxies).
+    pub sandboxes: Arc<Sandboxes>,
+    pub node_name: String,
 }
 
 /// A Status answer (the server passes it to the client as it is).
@@ -52,8 +60,14 @@ fn status(code: StatusCode, reason: &str, message: &str) -> Response<ApiBody> {
     resp
 }
 
-/// The pod and container a request is for, checked to be usable as path components.
-fn pod_of(req: &Request<Incoming>, ns: &str, name: &str) -> Result<(PodRef, String), String> {
+/// The pod and container a request is for, checked to be usable as path components (a
+/// port-forward is for the pod: it names no container).
+fn pod_of(
+    req: &Request<Incoming>,
+    ns: &str,
+    name: &str,
+    needs_container: bool,
+) -> Result<(PodRef, String), String> {
     let header = |h: &str| {
         req.headers()
             .get(h)
@@ -73,6 +87,9 @@ fn pod_of(req: &Request<Incoming>, ns: &str, name: &str) -> Result<(PodRef, Stri
         ("pod name", &pod.name),
         ("container", &container),
     ] {
+        if what == "container" && !needs_container {
+            continue;
+        }
         if let Err(e) = path_component(what, v) {
             return Err(e.to_string());
         }
@@ -86,13 +103,17 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<ApiBody>, Infallible> {
     let path = req.uri().path().to_string();
-    let mut parts = path.trim_start_matches('/').split('/');
+    if let Some(rest) = path.strip_prefix("/nodeproxy") {
+        return Ok(proxy::node(&deps, rest));
+    }
+    let mut parts = path.trim_start_matches('/').splitn(5, '/');
     let (kind, ns, name) = (
         parts.next().unwrap_or(""),
         parts.next().unwrap_or(""),
         parts.next().unwrap_or(""),
     );
-    let (pod, container) = match pod_of(&req, ns, name) {
+    let needs_container = !matches!(kind, "portforward" | "podproxy");
+    let (pod, container) = match pod_of(&req, ns, name, needs_container) {
         Ok(found) => found,
         Err(why) => return Ok(status(StatusCode::BAD_REQUEST, "BadRequest", &why)),
     };
@@ -100,6 +121,19 @@ pub async fn handle(
         "logs" => serve_logs(&deps, &req, &pod, &container),
         "exec" => exec::serve(&deps, req, &pod, &container).await,
         "attach" => attach::serve(&deps, req, &pod, &container).await,
+        "portforward" => portforward::serve(&deps, req, &pod).await,
+        "podproxy" => {
+            let port = parts.next().unwrap_or("").to_string();
+            let rest = format!(
+                "/{}{}",
+                parts.next().unwrap_or(""),
+                req.uri()
+                    .query()
+                    .map(|q| format!("?{q}"))
+                    .unwrap_or_default()
+            );
+            proxy::pod(&deps, req, &pod, &port, &rest).await
+        }
         _ => status(StatusCode::NOT_FOUND, "NotFound", "no such stream"),
     })
 }
