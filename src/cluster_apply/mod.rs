@@ -4,6 +4,7 @@
 //! Layout, one job per file:
 //! - [`file`]: the cluster file's format and the checks made before touching any host;
 //! - [`probe`]: what a host runs now (read over ssh);
+//! - [`binary`]: whether a host's binary is the one running apply (a cheap fingerprint);
 //! - [`record`]: what the previous apply set up, kept beside the file (for removals);
 //! - [`plan`]: pure: file + probes + record -> steps, in the cluster's order;
 //! - [`ssh`]: running commands and copying files through `ssh`/`scp`;
@@ -12,6 +13,7 @@
 //! - [`status`]: the table of `cluster status`.
 
 pub mod api;
+pub mod binary;
 pub mod file;
 pub mod plan;
 pub mod probe;

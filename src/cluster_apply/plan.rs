@@ -19,7 +19,7 @@ use super::record::Record;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostState {
     pub hostname: String,
-    /// sha256 of its `/usr/bin/litek8s`, when there is one.
+    /// The fingerprint of its `/usr/bin/litek8s` ([`super::binary`]), when there is one.
     pub binary: Option<String>,
     pub server: Option<Unit>,
     pub agent: Option<Unit>,

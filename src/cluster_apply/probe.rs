@@ -2,12 +2,19 @@
 //! the cluster), the hash of its `/usr/bin/litek8s`, and for each unit whether it is installed
 //! (enabled), active, and which server its settings join.
 
+use super::binary::LocalBinary;
 use super::plan::{HostState, Unit};
 
-/// Prints `key=value` lines; reads nothing it would need root to change.
-pub const SCRIPT: &str = r#"echo "hostname=$(cat /proc/sys/kernel/hostname)"
-echo "binary=$(sha256sum /usr/bin/litek8s 2>/dev/null | cut -d' ' -f1)"
-for d in server agent; do
+/// The script: prints `key=value` lines, changes nothing. The binary's fingerprint is
+/// computed as `binary` computes it here.
+pub fn script(binary: &LocalBinary) -> String {
+    format!(
+        "echo \"hostname=$(cat /proc/sys/kernel/hostname)\"\n{}\n{UNITS}",
+        binary.probe_line()
+    )
+}
+
+const UNITS: &str = r#"for d in server agent; do
   if [ -f /etc/default/litek8s-$d ] && systemctl is-enabled -q litek8s-$d 2>/dev/null; then
     echo "$d.active=$(systemctl is-active litek8s-$d)"
     echo "$d.url=$(sed -n 's/^LITEK8S_SERVER_URL="\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' /etc/default/litek8s-$d | tail -n 1)"
@@ -94,7 +101,7 @@ mod tests {
     fn the_script_runs_on_this_machine() {
         let out = std::process::Command::new("sh")
             .arg("-c")
-            .arg(SCRIPT)
+            .arg(script(&LocalBinary::current().expect("fingerprint")))
             .output()
             .expect("sh");
         let s = parse(&String::from_utf8_lossy(&out.stdout)).expect("parsed");

@@ -3,17 +3,16 @@
 //! line, the others going on when one fails. Exit status non-zero when any host failed.
 //!
 //! On a host, a step is `litek8s install …` run as root over ssh: the running binary is copied
-//! first unless the host's `/usr/bin/litek8s` is the same (sha256), and the join token goes
+//! first unless the host's `/usr/bin/litek8s` is the same ([`super::binary`]), and the join token goes
 //! through the command's standard input, never its command line.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sha2::{Digest, Sha256};
 
 use super::api::{Admin, Api};
+use super::binary::LocalBinary;
 use super::file::{ClusterFile, Machine};
 use super::plan::{self, HostState, Observed, Plan, Step};
 use super::probe;
@@ -29,44 +28,15 @@ const SHORT: Duration = Duration::from_secs(30);
 const JOIN_TOKEN: &str = "/var/lib/litek8s/apiserver/join-token";
 const KUBECONFIG: &str = "/etc/litek8s/kubeconfig.yaml";
 
-/// The binary this apply installs.
-struct LocalBinary {
-    path: PathBuf,
-    sha256: String,
-}
-
-impl LocalBinary {
-    fn current() -> anyhow::Result<LocalBinary> {
-        let path = std::env::current_exe().context("find the running binary")?;
-        let mut f =
-            std::fs::File::open(&path).with_context(|| format!("open {}", path.display()))?;
-        let mut hash = Sha256::new();
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = f
-                .read(&mut buf)
-                .with_context(|| format!("read {}", path.display()))?;
-            if n == 0 {
-                break;
-            }
-            hash.update(&buf[..n]);
-        }
-        Ok(LocalBinary {
-            path,
-            sha256: hex::encode(hash.finalize()),
-        })
-    }
-}
-
 /// Probes every host in parallel.
-pub fn probe_all(ssh: &Ssh, hosts: &[String]) -> Observed {
+pub fn probe_all(ssh: &Ssh, hosts: &[String], script: &str) -> Observed {
     std::thread::scope(|s| {
         let handles: Vec<_> = hosts
             .iter()
             .map(|h| {
                 s.spawn(move || {
                     let state = ssh
-                        .run(h, probe::SCRIPT, None, SHORT)
+                        .run(h, script, None, SHORT)
                         .map_err(|e| e.to_string())
                         .and_then(|out| probe::parse(&out.stdout));
                     (h.clone(), state)
@@ -104,9 +74,13 @@ pub fn apply(args: &ApplyArgs) -> anyhow::Result<()> {
             hosts.push(r.ssh.clone());
         }
     }
-    let observed = probe_all(&ssh, &hosts);
+    let binary = LocalBinary::current()?;
+    let observed = probe_all(&ssh, &hosts, &probe::script(&binary));
     let plan = plan::plan(&file, &observed, &record);
-    println!("plan:");
+    println!(
+        "plan (hosts probed in {:.1} s):",
+        started.elapsed().as_secs_f64()
+    );
     for step in plan.steps() {
         println!("  {step}");
     }
@@ -116,7 +90,6 @@ pub fn apply(args: &ApplyArgs) -> anyhow::Result<()> {
     if args.dry_run {
         return Ok(());
     }
-    let binary = LocalBinary::current()?;
     let mut run = Apply {
         ssh: &ssh,
         file: &file,
@@ -127,13 +100,12 @@ pub fn apply(args: &ApplyArgs) -> anyhow::Result<()> {
     let mut outcomes: Vec<(String, Outcome)> = plan
         .failures
         .iter()
-        .map(|(h, why)| (h.clone(), Err(format!("unreachable: {why}"))))
+        .map(|(h, why)| (h.clone(), Err(why.clone())))
         .collect();
-    let seed_ok = run.servers(&plan, &mut outcomes);
+    let seed_ok = run.seed(&plan, &mut outcomes);
     let mut unfinished = Vec::new();
     if seed_ok {
-        let agents = run.agents(&plan);
-        outcomes.extend(agents);
+        outcomes.extend(run.members_and_agents(&plan));
         let api = run.admin().and_then(|(admin, url)| {
             if let Some(seed) = file.servers.iter().find(|m| plan::api_url(m) == url) {
                 let out = args
@@ -154,7 +126,7 @@ pub fn apply(args: &ApplyArgs) -> anyhow::Result<()> {
         });
         for step in &plan.removals {
             let outcome = match &api {
-                Ok(api) => run.remove(step, api),
+                Ok(api) => timed(|| run.remove(step, api)),
                 Err(e) => Err(format!("no API to drain through: {e}")),
             };
             if outcome.is_err() {
@@ -168,9 +140,7 @@ pub fn apply(args: &ApplyArgs) -> anyhow::Result<()> {
     record
         .next(&file, &observed, &unfinished)
         .save(&record_path)?;
-    for h in &hosts {
-        ssh.close(h);
-    }
+    ssh.close_all(&hosts);
 
     println!();
     let width = outcomes.iter().map(|(h, _)| h.len()).max().unwrap_or(0);
@@ -204,43 +174,53 @@ impl Apply<'_> {
         self.observed.get(ssh)?.as_ref().ok()
     }
 
-    /// The server steps, one at a time. False when the seed failed: nothing can join.
-    fn servers(&mut self, plan: &Plan, outcomes: &mut Vec<(String, Outcome)>) -> bool {
+    /// The seed's step, then the join token from it. False when either failed: nothing can
+    /// join, and every other step is reported as not applied.
+    fn seed(&mut self, plan: &Plan, outcomes: &mut Vec<(String, Outcome)>) -> bool {
         let mut steps = plan.servers.iter();
         let Some(seed) = steps.next() else {
             return false;
         };
-        let outcome = self.install(seed).and_then(|what| {
-            let token = self
-                .ssh
-                .run(seed.ssh(), &format!("cat {JOIN_TOKEN}"), None, SHORT)
-                .map_err(|e| format!("read the join token: {e}"))?;
-            self.token = Some(token.stdout.trim().to_string());
-            Ok(what)
+        let outcome = timed(|| {
+            self.install(seed).and_then(|what| {
+                let token = self
+                    .ssh
+                    .run(seed.ssh(), &format!("cat {JOIN_TOKEN}"), None, SHORT)
+                    .map_err(|e| format!("read the join token: {e}"))?;
+                self.token = Some(token.stdout.trim().to_string());
+                Ok(what)
+            })
         });
         let ok = outcome.is_ok();
         outcomes.push((seed.ssh().to_string(), outcome));
-        for step in steps.chain(&plan.agents) {
-            if !ok {
+        if !ok {
+            for step in steps.chain(&plan.agents) {
                 outcomes.push((
                     step.ssh().to_string(),
                     Err("not applied: the first server failed".into()),
                 ));
-            } else if matches!(step, Step::JoinServer { .. } | Step::ConvergeServer { .. }) {
-                outcomes.push((step.ssh().to_string(), self.install(step)));
             }
         }
         ok
     }
 
-    fn agents(&self, plan: &Plan) -> Vec<(String, Outcome)> {
+    /// The servers after the seed, one at a time (one membership change at a time), while
+    /// the agents, which change no membership, install in parallel.
+    fn members_and_agents(&self, plan: &Plan) -> Vec<(String, Outcome)> {
         std::thread::scope(|s| {
-            let handles: Vec<_> = plan
+            let agents: Vec<_> = plan
                 .agents
                 .iter()
-                .map(|step| s.spawn(move || (step.ssh().to_string(), self.install(step))))
+                .map(|step| s.spawn(move || (step.ssh().to_string(), timed(|| self.install(step)))))
                 .collect();
-            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+            let mut outcomes: Vec<(String, Outcome)> = plan
+                .servers
+                .iter()
+                .skip(1)
+                .map(|step| (step.ssh().to_string(), timed(|| self.install(step))))
+                .collect();
+            outcomes.extend(agents.into_iter().filter_map(|h| h.join().ok()));
+            outcomes
         })
     }
 
@@ -309,7 +289,7 @@ impl Apply<'_> {
     /// The path of a litek8s binary on the host that is this one: its own when the hashes
     /// match, else a copy.
     fn binary_on(&self, ssh: &str, state: &HostState) -> Result<String, String> {
-        if state.binary.as_deref() == Some(self.binary.sha256.as_str()) {
+        if state.binary.as_deref() == Some(self.binary.fingerprint.as_str()) {
             return Ok("/usr/bin/litek8s".into());
         }
         self.ssh
@@ -392,6 +372,17 @@ impl Apply<'_> {
             .map_err(|e| format!("{}; delete Node {name}: {e}", done.join(", ")))?;
         done.push("Node deleted".into());
         Ok(format!("removed: {}", done.join(", ")))
+    }
+}
+
+/// `step`'s outcome with how long it took.
+fn timed(step: impl FnOnce() -> Outcome) -> Outcome {
+    let started = Instant::now();
+    let outcome = step();
+    let took = format!(" ({:.1} s)", started.elapsed().as_secs_f64());
+    match outcome {
+        Ok(what) => Ok(what + &took),
+        Err(why) => Err(why + &took),
     }
 }
 

@@ -149,11 +149,17 @@ impl Ssh {
         execute("scp", cmd, None, timeout).map(|_| ())
     }
 
-    /// Ends the shared connection to `dest` (best effort).
-    pub fn close(&self, dest: &str) {
-        let mut cmd = Command::new("ssh");
-        cmd.args(self.options()).args(["-O", "exit", "--", dest]);
-        let _ = execute("ssh", cmd, None, Duration::from_secs(5));
+    /// Ends the shared connections to `hosts` (best effort, in parallel).
+    pub fn close_all(&self, hosts: &[String]) {
+        std::thread::scope(|s| {
+            for dest in hosts {
+                s.spawn(move || {
+                    let mut cmd = Command::new("ssh");
+                    cmd.args(self.options()).args(["-O", "exit", "--", dest]);
+                    let _ = execute("ssh", cmd, None, Duration::from_secs(5));
+                });
+            }
+        });
     }
 }
 

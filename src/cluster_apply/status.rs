@@ -7,8 +7,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::api::{Admin, Api};
+use super::binary::LocalBinary;
 use super::file::ClusterFile;
 use super::plan::{self, HostState, Unit};
+use super::probe;
 use super::run::probe_all;
 use super::ssh::Ssh;
 use super::StatusArgs;
@@ -21,7 +23,7 @@ pub fn show(args: &StatusArgs) -> anyhow::Result<()> {
     let file = checked.file;
     let ssh = Ssh::new(&file.ssh)?;
     let hosts: Vec<String> = file.machines().map(|(_, m)| m.ssh.clone()).collect();
-    let observed = probe_all(&ssh, &hosts);
+    let observed = probe_all(&ssh, &hosts, &probe::script(&LocalBinary::current()?));
     let installed = file.servers.iter().find(|m| {
         observed
             .get(&m.ssh)
@@ -58,9 +60,7 @@ pub fn show(args: &StatusArgs) -> anyhow::Result<()> {
     } else {
         notes.push("no server of the file runs litek8s-server".into());
     }
-    for h in &hosts {
-        ssh.close(h);
-    }
+    ssh.close_all(&hosts);
 
     let mut rows = vec![[
         "HOST",
