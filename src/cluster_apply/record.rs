@@ -94,3 +94,62 @@ impl Record {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::plan::HostState;
+    use super::*;
+
+    #[test]
+    fn a_removal_that_did_not_finish_stays_recorded_and_silent_hosts_keep_their_names() {
+        let file = |servers: &str| {
+            ClusterFile::parse(
+                Path::new("c.yaml"),
+                &format!("apiVersion: litek8s.dev/v1\nkind: Cluster\nservers: [{servers}]\n"),
+            )
+            .expect("valid")
+            .file
+        };
+        let named = |n: &str| {
+            Ok(HostState {
+                hostname: n.into(),
+                ..HostState::default()
+            })
+        };
+        let observed: Observed = [
+            ("a".to_string(), named("lk-a")),
+            ("b".to_string(), named("lk-b")),
+            ("c".to_string(), named("lk-c")),
+        ]
+        .into_iter()
+        .collect();
+        let first = Record::from_file(&file("{ssh: a}, {ssh: b}, {ssh: c}"), &observed);
+        assert_eq!(first.servers.len(), 3);
+        // b no longer answers; c left the file but its uninstall failed; a is fine.
+        let observed: Observed = [
+            ("a".to_string(), named("lk-a")),
+            ("b".to_string(), Err("unreachable".to_string())),
+        ]
+        .into_iter()
+        .collect();
+        let next = first.next(&file("{ssh: a}, {ssh: b}"), &observed, &["c".to_string()]);
+        let names: Vec<(&str, &str)> = next
+            .servers
+            .iter()
+            .map(|r| (r.ssh.as_str(), r.name.as_str()))
+            .collect();
+        assert_eq!(names, [("a", "lk-a"), ("b", "lk-b"), ("c", "lk-c")]);
+        // Once it is done, it is forgotten.
+        let done = next.next(&file("{ssh: a}, {ssh: b}"), &observed, &[]);
+        assert_eq!(done.servers.len(), 2);
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = path_for(&dir.path().join("cluster.yaml"));
+        assert!(path.ends_with("cluster.yaml.applied"));
+        assert_eq!(Record::load(&path).expect("none yet"), Record::default());
+        next.save(&path).expect("save");
+        assert_eq!(Record::load(&path).expect("load"), next);
+    }
+}
