@@ -106,24 +106,21 @@ pub fn apply(args: &ApplyArgs) -> anyhow::Result<()> {
     let mut unfinished = Vec::new();
     if seed_ok {
         outcomes.extend(run.members_and_agents(&plan));
+        let out = args
+            .kubeconfig_out
+            .clone()
+            .unwrap_or_else(|| with_suffix(&args.file, ".kubeconfig"));
         let api = run.admin().and_then(|(admin, url)| {
-            if let Some(seed) = file.servers.iter().find(|m| plan::api_url(m) == url) {
-                let out = args
-                    .kubeconfig_out
-                    .clone()
-                    .unwrap_or_else(|| with_suffix(&args.file, ".kubeconfig"));
-                let servers: Vec<(String, String)> = std::iter::once(seed)
-                    .chain(file.servers.iter().filter(|m| m.ssh != seed.ssh))
-                    .filter_map(|m| {
-                        let name = observed.get(&m.ssh)?.as_ref().ok()?.hostname.clone();
-                        Some((name, plan::api_url(m)))
-                    })
-                    .collect();
-                write_secret(&out, &admin.kubeconfig(&servers))?;
-                println!("kubeconfig: {}", out.display());
-            }
+            run.write_kubeconfig(&admin, &url, &out)?;
+            println!("kubeconfig: {}", out.display());
             Api::new(&url, &admin)
         });
+        if let Err(e) = &api {
+            outcomes.push((
+                out.display().to_string(),
+                Err(format!("kubeconfig not written: {e}")),
+            ));
+        }
         for step in &plan.removals {
             let outcome = match &api {
                 Ok(api) => timed(|| run.remove(step, api)),
@@ -314,6 +311,18 @@ impl Apply<'_> {
             }
         }
         Err(last)
+    }
+
+    /// The kubeconfig for this machine: the server at `url` first, then the others of the
+    /// file.
+    fn write_kubeconfig(&self, admin: &Admin, url: &str, out: &Path) -> anyhow::Result<()> {
+        let first = self.file.servers.iter().filter(|m| plan::api_url(m) == url);
+        let others = self.file.servers.iter().filter(|m| plan::api_url(m) != url);
+        let servers: Vec<(String, String)> = first
+            .chain(others)
+            .filter_map(|m| Some((self.state(&m.ssh)?.hostname.clone(), plan::api_url(m))))
+            .collect();
+        write_secret(out, &admin.kubeconfig(&servers))
     }
 
     /// Takes a machine out: a server leaves the Raft membership first (through the first
