@@ -5,6 +5,8 @@
 //!   reported over the cluster's servers; pulls images and runs containers (images, runtime, sandbox).
 //! - [`allocator`]: mimalloc and when the process may use transparent huge pages.
 //! - [`cluster`]: the HA cluster: Raft node, server-to-server transport, joins, forwarding.
+//! - [`cluster_apply`]: `litek8s cluster apply|status`: a whole cluster from one file, over
+//!   the system's ssh client (plan, probes, steps).
 //! - [`cli`]: the `litek8s` command and its flags, resolved into settings.
 //! - [`client`]: the in-process API client: internal writes through the API pipeline.
 //! - [`controllers`]: the leader-gated runner, informers, work queues, controllers and the
@@ -42,6 +44,7 @@ pub mod check_config;
 pub mod cli;
 pub mod client;
 pub mod cluster;
+pub mod cluster_apply;
 pub mod controllers;
 pub mod failover;
 pub mod failpoints;

@@ -57,6 +57,9 @@ pub enum Command {
     Install(crate::install::InstallArgs),
     /// Stop and remove what `install` set up (--purge-data: the data too).
     Uninstall(crate::install::UninstallArgs),
+    /// A whole cluster from one file, over ssh: `cluster apply -f cluster.yaml`, `cluster
+    /// status -f cluster.yaml` (docs/clusters.md).
+    Cluster(crate::cluster_apply::ClusterArgs),
 }
 
 impl Cli {
@@ -84,7 +87,8 @@ impl Cli {
             | Command::Config(_)
             | Command::CheckConfig(_)
             | Command::Install(_)
-            | Command::Uninstall(_) => None,
+            | Command::Uninstall(_)
+            | Command::Cluster(_) => None,
         };
         let fields: Vec<(&str, String)> = node_name.map(|n| ("NODE_NAME", n)).into_iter().collect();
         crate::systemd::journal::init(&text, "litek8s", &fields)
@@ -103,6 +107,7 @@ impl Cli {
             Command::CheckConfig(args) => crate::check_config::run(&args),
             Command::Install(args) => args.run(),
             Command::Uninstall(args) => args.run(),
+            Command::Cluster(args) => args.run(),
         }
     }
 }

@@ -59,7 +59,13 @@ async fn connect(url: &str) -> anyhow::Result<(String, PeerClient)> {
         .ok()
         .filter(|t| !t.trim().is_empty())
         .context("set LITEK8S_TOKEN to the cluster's join token (<data-dir>/join-token)")?;
-    let token = JoinToken::parse(&text).map_err(|e| anyhow::anyhow!("LITEK8S_TOKEN: {e}"))?;
+    connect_with(url, &text).await
+}
+
+/// A client for the members' endpoints of the cluster at `url`, authenticated by the join
+/// token `text` (also used by `litek8s cluster status`).
+pub(crate) async fn connect_with(url: &str, text: &str) -> anyhow::Result<(String, PeerClient)> {
+    let token = JoinToken::parse(text).map_err(|e| anyhow::anyhow!("LITEK8S_TOKEN: {e}"))?;
     let addr = join::server_address(url)?;
     let ca = join::fetch_verified_ca(&addr, &token).await?;
     let client = PeerClient::new(&ca, token.secret)?;
@@ -75,7 +81,7 @@ fn explain(e: PeerError) -> anyhow::Error {
     }
 }
 
-async fn members(addr: &str, client: &PeerClient) -> anyhow::Result<MembersReply> {
+pub(crate) async fn members(addr: &str, client: &PeerClient) -> anyhow::Result<MembersReply> {
     let reply: MembershipReply = client
         .post(addr, api_paths::MEMBERS, &(), Duration::from_secs(10))
         .await

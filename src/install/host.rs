@@ -101,6 +101,14 @@ pub fn unit_state(unit: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Whether `systemctl is-enabled UNIT` says `enabled`.
+pub fn unit_enabled(unit: &str) -> bool {
+    Command::new("systemctl")
+        .args(["is-enabled", "--quiet", unit])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Waits until `unit` is active (its READY=1 arrived), at most `limit`. On failure the
 /// error carries the unit's last journal lines.
 pub fn wait_active(unit: &str, limit: Duration) -> anyhow::Result<Duration> {

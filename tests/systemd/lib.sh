@@ -9,9 +9,10 @@ set -euo pipefail
 : "${LITEK8S_TEST_MIRROR:=http://deb.debian.org/debian}"
 : "${LITEK8S_TEST_WORK:=/var/tmp/litek8s-test}"
 # Packages the rootfs needs beyond minbase: systemd as PID 1, dbus for systemctl, iproute2
-# (ss, used by the prestart hook), procps for debugging, and what litek8s-agent depends on
-# (the containers have no network to fetch it: crun, conmon, the CNI plugins, nftables).
-ROOTFS_INCLUDE=systemd,systemd-sysv,dbus,iproute2,procps,ca-certificates,crun,conmon,containernetworking-plugins,nftables
+# (ss, used by the prestart hook), procps for debugging, what litek8s-agent depends on
+# (the containers have no network to fetch it: crun, conmon, the CNI plugins, nftables), and
+# openssh-server for `litek8s cluster apply` (the apply scenario gives each copy its own keys).
+ROOTFS_INCLUDE=systemd,systemd-sysv,dbus,iproute2,procps,ca-certificates,crun,conmon,containernetworking-plugins,nftables,openssh-server
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
@@ -138,17 +139,20 @@ cleanup_containers() {
 # the way it does on a real host. (tests/netns_lab uses 10.77.0.0/24 and lkpbr; this stays
 # clear of it.) Used by tests/systemd/run.sh and bench/systemd.sh. The three names can be
 # overridden (LITEK8S_NET_BRIDGE, LITEK8S_NET_PREFIX, LITEK8S_NET_NS) so that a second run of
-# another scenario does not take the first one's network.
+# another scenario does not take the first one's network. net_up N makes N members (default 3,
+# at most NET_MAX).
 NET_BRIDGE=${LITEK8S_NET_BRIDGE:-lksdbr}
 NET_PREFIX=${LITEK8S_NET_PREFIX:-10.78.0}
 NET_NS=${LITEK8S_NET_NS:-lksd}
+NET_MAX=6
 net_up() {
+    local count=${1:-3}
     net_down
     ip link add "$NET_BRIDGE" type bridge
     ip addr add "$NET_PREFIX.254/24" dev "$NET_BRIDGE"
     ip link set "$NET_BRIDGE" up
     local n
-    for n in 1 2 3; do
+    for n in $(seq 1 "$count"); do
         ip netns add "$NET_NS-$n"
         ip link add "$NET_NS$n-h" type veth peer name "$NET_NS$n-c"
         ip link set "$NET_NS$n-h" master "$NET_BRIDGE"
@@ -163,7 +167,7 @@ net_up() {
 }
 net_down() {
     local n
-    for n in 1 2 3; do
+    for n in $(seq 1 "$NET_MAX"); do
         ip netns del "$NET_NS-$n" 2>/dev/null || true
         ip link del "$NET_NS$n-h" 2>/dev/null || true
     done
