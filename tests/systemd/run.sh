@@ -27,7 +27,8 @@
 # network three machines, three nodes (a server with its agent, two agents): pod to pod across
 #         nodes, ClusterIP, DNS names and records from a pod, session affinity, hairpin,
 #         NodePort on every node, externalTrafficPolicy Local, a Service without endpoints,
-#         the kubernetes Service with the pod's token, an agent stopped and started.
+#         the kubernetes Service with the pod's token, an agent stopped and started,
+#         NetworkPolicy default-deny then allowed by pod and namespace labels.
 # apply   `litek8s cluster apply` from this host over ssh (openssh-server in each container, a
 #         throwaway host key and user key): bad files refused before any host is touched, 3
 #         servers + 1 agent from nothing to all Ready, a Deployment's pod on the agent,
@@ -683,7 +684,8 @@ test_install() {
 # through Services (ClusterIP, DNS names, session affinity, hairpin), NodePort on every node
 # (and externalTrafficPolicy Local), resolves every record kind with nslookup, and reaches the
 # API server through the kubernetes Service with its token. A stopped agent's rules and routes
-# stay, and its return reconciles them.
+# stay, and its return reconciles them. NetworkPolicy: default-deny, then allowed by pod label
+# and by namespace label.
 test_network() {
     log "== network"
     trap 'cleanup_containers; net_down' EXIT INT TERM
@@ -999,6 +1001,80 @@ MANIFEST
     check "network: client on lk-net3 -> web-1 after its agent's restart ($got)" test "$got" = web-1
     got=$(fetch "http://web/")
     check "network: http://web/ after the restart ($got)" grep -qx 'web-[123]' <<<"$got"
+
+    # NetworkPolicy, enforced by the agent of the selected pod's node: default-deny, then
+    # allowed by pod label and by namespace label, judged after a Service's DNAT.
+    local polfile="$xdir/netpol.yaml"
+    cat >"$polfile" <<'MANIFEST'
+apiVersion: v1
+kind: Namespace
+metadata: {name: other, labels: {team: ops}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: probe, namespace: other}
+spec:
+  nodeName: lk-net2
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: docker.io/library/busybox:test
+    imagePullPolicy: Never
+    command: ["sh", "-c", "exec sleep 3600"]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-all-ingress}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+MANIFEST
+    check "network policy: kubectl apply (namespace other, a probe pod, default-deny ingress)" \
+        kubectl_in "$spid" "$sdir" apply -f "$polfile"
+    kubectl_in "$spid" "$sdir" -n other wait --for=condition=Ready pod/probe --timeout=25s >/dev/null 2>&1 || true
+    # Bounded polls: a policy takes effect within a sync (debounced to 1 s) of its watch event.
+    eventually() { # want(answer|none) what cmd...: polls cmd for 15 s until it answers (or not)
+        local want=$1 what=$2 i out; shift 2
+        for ((i = 0; i < 30; i++)); do
+            out=$("$@" 2>/dev/null | tr -d '\r' || true)
+            if [ "$want" = answer ] && grep -qx 'web-[123]' <<<"$out"; then pass "$what ($out)"; return; fi
+            if [ "$want" = none ] && ! grep -qx 'web-[123]' <<<"$out"; then pass "$what"; return; fi
+            sleep 0.5
+        done
+        fail "$what (last: $out)"
+    }
+    from_pod() { kubectl_in "$spid" "$sdir" exec "$@" 2>/dev/null; }
+    eventually none "network policy: default-deny stops client (lk-net3) -> web-1 (lk-net1)" \
+        from_pod client -- timeout 2 wget -q -O - "http://${podip[1]}:8080/"
+    eventually none "network policy: default-deny stops web-2 (lk-net2) -> web-3 (lk-net3)" \
+        from_pod web-2 -- timeout 2 wget -q -O - "http://${podip[3]}:8080/"
+    kubectl_in "$spid" "$sdir" label pod client role=client >/dev/null 2>&1 || true
+    kubectl_in "$spid" "$sdir" apply -f - >/dev/null 2>&1 <<'MANIFEST' || true
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web-from-clients}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress:
+  - from:
+    - podSelector: {matchLabels: {role: client}}
+    - namespaceSelector: {matchLabels: {team: ops}}
+    ports: [{port: http}]
+MANIFEST
+    eventually answer "network policy: allowed by pod label, client -> web-1 across nodes" \
+        from_pod client -- timeout 2 wget -q -O - "http://${podip[1]}:8080/"
+    eventually answer "network policy: allowed by pod label, through the Service (judged after DNAT)" \
+        from_pod client -- timeout 2 wget -q -O - "http://web/"
+    eventually none "network policy: a pod without the label still refused (web-2 -> web-1)" \
+        from_pod web-2 -- timeout 2 wget -q -O - "http://${podip[1]}:8080/"
+    eventually answer "network policy: allowed by namespace label (other/probe -> web-3)" \
+        from_pod -n other probe -- timeout 2 wget -q -O - "http://${podip[3]}:8080/"
+    kubectl_in "$spid" "$sdir" label namespace other team- >/dev/null 2>&1 || true
+    eventually none "network policy: the namespace's label removed, other/probe refused again" \
+        from_pod -n other probe -- timeout 2 wget -q -O - "http://${podip[3]}:8080/"
+    kubectl_in "$spid" "$sdir" delete networkpolicy deny-all-ingress web-from-clients >/dev/null 2>&1 || true
+    eventually answer "network policy: policies deleted, web-2 -> web-1 flows again" \
+        from_pod web-2 -- timeout 2 wget -q -O - "http://${podip[1]}:8080/"
     cleanup_containers
     net_down
     trap 'cleanup_containers' EXIT INT TERM
