@@ -26,6 +26,9 @@ pub struct ResourceInfo {
     pub tracks_generation: bool,
     /// Fields usable in fieldSelector besides metadata.name and metadata.namespace.
     pub selectable_fields: &'static [&'static str],
+    /// Whether the kind has a `scale` subresource besides the built-in ones in [`SCALABLE`]
+    /// (a custom kind whose definition asks for one).
+    pub has_scale: bool,
 }
 
 impl ResourceInfo {
@@ -135,7 +138,7 @@ impl ResourceInfo {
                 verbs: &["create"],
             });
         }
-        if SCALABLE.contains(&(self.group, self.plural)) {
+        if self.has_scale || SCALABLE.contains(&(self.group, self.plural)) {
             out.push(Subresource {
                 name: "scale",
                 group: "autoscaling",
@@ -201,6 +204,7 @@ macro_rules! resource {
             has_status: $status,
             tracks_generation: $gen,
             selectable_fields: $fields,
+            has_scale: false,
         }
     };
 }
@@ -288,6 +292,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         namespaced: false, status: false, generation: false, fields: &[]),
     resource!("storage.k8s.io", "v1", "StorageClass", "storageclasses", "storageclass", &["sc"], NO_NAMES,
         namespaced: false, status: false, generation: false, fields: &[]),
+    resource!("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition", &["crd", "crds"], &["api-extensions"],
+        namespaced: false, status: true, generation: true, fields: &[]),
     resource!("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview", NO_NAMES, NO_NAMES,
         namespaced: false, status: false, generation: false, fields: &[]),
     resource!("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview", NO_NAMES, NO_NAMES,
