@@ -16,7 +16,8 @@ use crate::api::validation::is_dns1123_subdomain;
 use crate::api::ApiContext;
 use crate::kube::resources::{ResourceInfo, RESOURCES};
 
-/// The finalizer that keeps a deleted definition until its objects are gone.
+/// The finalizer that keeps a deleted definition until its objects are gone (added by its
+/// deletion, `write::deletion`).
 pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 
 const DNS1035_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
@@ -49,9 +50,6 @@ pub fn prepare(
     if !causes.is_empty() {
         return Err(ApiError::invalid(info, name, causes));
     }
-    if old.is_none() {
-        add_finalizer(object);
-    }
     write_status(ctx, name, old, object);
     Ok(())
 }
@@ -72,16 +70,6 @@ fn apply_defaults(object: &mut Value) {
     if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
         spec.entry("conversion")
             .or_insert_with(|| json!({"strategy": "None"}));
-    }
-}
-
-fn add_finalizer(object: &mut Value) {
-    let meta = crate::api::meta::metadata_mut(object);
-    let list = meta.entry("finalizers").or_insert_with(|| json!([]));
-    if let Some(list) = list.as_array_mut() {
-        if !list.iter().any(|f| f == CLEANUP_FINALIZER) {
-            list.push(json!(CLEANUP_FINALIZER));
-        }
     }
 }
 
