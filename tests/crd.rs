@@ -317,6 +317,25 @@ fn status_and_scale_subresources_defaults_and_pruning() {
             &json!([{"op": "replace", "path": "/spec/color", "value": "blue"}])).await;
         assert_eq!(r.status, 200, "{}", r.text());
         assert_eq!(r.json()["metadata"]["generation"], 2);
+        // Watch sees a change; label selectors and deletecollection work on custom objects.
+        let mut labelled = w.clone();
+        labelled["metadata"] = json!({"name": "w3", "labels": {"tier": "gone"}});
+        let r = api.post_json(path, &labelled).await.expect("create");
+        assert_eq!(r.status, 201, "{}", r.text());
+        let rv = r.json()["metadata"]["resourceVersion"].as_str().expect("rv").to_string();
+        let selected = api.get(&format!("{path}?labelSelector=tier%3Dgone")).await.expect("list");
+        assert_eq!(selected.json()["items"].as_array().map(Vec::len), Some(1));
+        let r = api
+            .request("DELETE", &format!("{path}?labelSelector=tier%3Dgone"), None, Vec::new())
+            .await
+            .expect("deletecollection");
+        assert_eq!(r.status, 200, "{}", r.text());
+        let events = api
+            .get(&format!("{path}?watch=true&resourceVersion={rv}&timeoutSeconds=1"))
+            .await
+            .expect("watch");
+        assert!(events.text().contains("\"type\":\"DELETED\""), "{}", events.text());
+        assert_eq!(api.get(&format!("{path}/w3")).await.expect("get").status, 404);
         let scale = api.get(&format!("{path}/w1/scale")).await.expect("scale");
         assert_eq!(scale.status, 200);
         let scale = scale.json();

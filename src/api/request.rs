@@ -1,6 +1,7 @@
 //! Parses a resource request: the URL path into group, version, namespace, resource, name and
-//! subresource (against `kube::resources`), the query parameters into typed options, and the
-//! Accept header into the response form (object, Table, PartialObjectMetadata).
+//! subresource (against `kube::resources` and the custom kinds of `api::crd`), the query
+//! parameters into typed options, and the Accept header into the response form (object,
+//! Table, PartialObjectMetadata).
 
 use std::sync::Arc;
 

@@ -1,6 +1,8 @@
-//! The registry of kinds the API server serves: group, version, kind, plural and singular
-//! names, short names, categories, scope, verbs, subresources and the per-kind selectable
-//! fields. Discovery, routing, OpenAPI and tables all read this one table.
+//! The registry of built-in kinds the API server serves: group, version, kind, plural and
+//! singular names, short names, categories, scope, verbs, subresources and the per-kind
+//! selectable fields. Discovery, routing, OpenAPI and tables all read this one table; the
+//! custom kinds CustomResourceDefinitions add at run time are `api::crd`'s registry, whose
+//! served versions are described by the same `ResourceInfo`.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::kind::CustomKind;
 use super::CRDS;
 use crate::kube::object::StoredObject;
-use crate::kube::resources::ResourceInfo;
+use crate::kube::resources::{ResourceInfo, RESOURCES};
 use crate::kube::store::Store;
 use crate::kube::watch::{EventKind, WatchEvent};
 
@@ -109,7 +109,8 @@ impl CustomKinds {
 
     /// The custom kind `info` is a version of (`None` for built-in kinds).
     pub fn of(&self, info: &ResourceInfo) -> Option<Arc<CustomKind>> {
-        if info.group.is_empty() {
+        // Every write asks: a built-in kind is answered without a lookup.
+        if info.group.is_empty() || RESOURCES.as_ptr_range().contains(&std::ptr::from_ref(info)) {
             return None;
         }
         self.by_key(&info.store_key()).filter(|k| {
@@ -183,5 +184,72 @@ impl CustomKinds {
                 _ = tokio::time::sleep(FOLLOW_EVERY) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::mutation::Mutation;
+    use crate::kube::object::ObjectKey;
+    use crate::kube::store::StoreConfig;
+    use serde_json::json;
+
+    fn definition(established: bool) -> Value {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com", "uid": "u1"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                              "schema": {"openAPIV3Schema": {"type": "object"}}},
+                             {"name": "v2", "served": false, "storage": false,
+                              "schema": {"openAPIV3Schema": {"type": "object"}}}]},
+            "status": {"conditions": [{"type": "Established",
+                                       "status": if established { "True" } else { "False" }}]}})
+    }
+
+    #[test]
+    fn the_registry_follows_the_stored_definitions() {
+        let store = Arc::new(Store::new(StoreConfig::default()));
+        let kinds = CustomKinds::new(store.clone());
+        assert!(kinds.find("example.com", "v1", "widgets").is_none());
+        let key = ObjectKey::new(CRDS, "", "widgets.example.com");
+        store
+            .apply(Mutation::Create {
+                key: key.clone(),
+                object: definition(false),
+                requires_open_namespace: false,
+            })
+            .expect("create");
+        assert!(
+            kinds.find("example.com", "v1", "widgets").is_none(),
+            "not established: not served"
+        );
+        store
+            .apply(Mutation::Update {
+                key: key.clone(),
+                object: definition(true),
+                precondition: Default::default(),
+            })
+            .expect("update");
+        let info = kinds.find("example.com", "v1", "widgets").expect("served");
+        assert_eq!(info.kind, "Widget");
+        assert!(
+            kinds.find("example.com", "v2", "widgets").is_none(),
+            "not served"
+        );
+        assert!(kinds.of(info).is_some());
+        let builtin = crate::kube::resources::find("apps", "v1", "deployments").expect("built-in");
+        assert!(kinds.of(builtin).is_none());
+        let served = kinds.served();
+        assert!(served.len() == 1 && std::ptr::eq(served[0], info));
+        store
+            .apply(Mutation::Delete {
+                key,
+                precondition: Default::default(),
+            })
+            .expect("delete");
+        assert!(kinds.find("example.com", "v1", "widgets").is_none());
+        assert!(kinds.served().is_empty());
     }
 }
