@@ -165,6 +165,11 @@ fn kubectl_applies_cert_managers_certificate_definition_and_its_objects() {
             "jsonpath={.status.conditions[?(@.type==\"Established\")].status} {.status.acceptedNames.kind}"]);
         assert_eq!(crd, "True Certificate", "{binary}");
 
+        // Definitions print as kube-apiserver prints them: NAME and CREATED AT.
+        let table = ok(binary, &kc, &["get", "crd"]);
+        assert_eq!(header_of(&table), ["NAME", "CREATED", "AT"], "{table}");
+        assert!(table.contains("certificates.cert-manager.io"), "{table}");
+
         let name = format!("web{}", binary.rsplit('.').next().unwrap_or("x"));
         let out = apply(binary, &kc, &CERT.replace("NAME", &name));
         assert!(out.status.success(), "{binary}: {}", stderr(&out));
