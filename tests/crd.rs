@@ -466,6 +466,50 @@ fn deleting_a_definition_deletes_its_objects_first() {
         let list = api.get("/apis/example.com/v1/widgets").await.expect("list");
         assert_eq!(list.status, 200);
         assert_eq!(list.json()["items"], json!([]), "{}", list.text());
+
+        // An object with a finalizer of its own holds the definition; meanwhile nothing new
+        // is created (405, as kube-apiserver answers).
+        let path = "/apis/example.com/v1/namespaces/default/widgets";
+        let held = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "held", "finalizers": ["example.com/hold"]}, "spec": {}});
+        let r = api.post_json(path, &held).await.expect("create");
+        assert_eq!(r.status, 201, "{}", r.text());
+        let crd_path =
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com";
+        let r = api
+            .request("DELETE", crd_path, None, Vec::new())
+            .await
+            .expect("delete");
+        assert_eq!(r.status, 200, "{}", r.text());
+        let late = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "late"}, "spec": {}});
+        let r = api.post_json(path, &late).await.expect("create");
+        assert_eq!(r.status, 405, "{}", r.text());
+        assert_eq!(
+            r.json()["message"],
+            "create not allowed while custom resource definition is terminating"
+        );
+        // The cleanup asked for the held object's deletion; the definition waits for it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let o = api.get(&format!("{path}/held")).await.expect("get").json();
+            if o["metadata"]["deletionTimestamp"].is_string() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "held was not deleted: {o}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(api.get(crd_path).await.expect("get").status, 200);
+        let r = send(
+            &api,
+            "PATCH",
+            &format!("{path}/held"),
+            "application/merge-patch+json",
+            &json!({"metadata": {"finalizers": null}}),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        wait_status(&api, crd_path, 404).await;
     });
 }
 

@@ -30,6 +30,8 @@ pub struct CustomKind {
     pub list_kind: String,
     pub namespaced: bool,
     pub versions: Vec<Version>,
+    /// The definition is being deleted: its objects are being deleted and no new one is made.
+    pub terminating: bool,
 }
 
 /// One version of a custom kind.
@@ -142,6 +144,7 @@ impl CustomKind {
             list_kind,
             namespaced,
             versions,
+            terminating: crd.pointer("/metadata/deletionTimestamp").is_some(),
         })
     }
 

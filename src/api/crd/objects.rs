@@ -9,13 +9,21 @@ use super::{prune, validate};
 use crate::api::status::ApiError;
 use crate::kube::resources::ResourceInfo;
 
-/// Defaults, prunes and validates `object`, a custom object of version `info` of `kind`.
+/// Defaults, prunes and validates `object`, a custom object of version `info` of `kind`
+/// (`creating` it, or updating it). While the definition is being deleted nothing new is
+/// created, as kube-apiserver answers: 405.
 pub fn prepare(
     kind: &CustomKind,
     info: &ResourceInfo,
     name: &str,
+    creating: bool,
     object: &mut Value,
 ) -> Result<(), ApiError> {
+    if creating && kind.terminating {
+        return Err(ApiError::NotAllowedNow(
+            "create not allowed while custom resource definition is terminating".into(),
+        ));
+    }
     let Some(schema) = kind.version(info.version).and_then(|v| v.schema.clone()) else {
         return Ok(());
     };
