@@ -73,6 +73,9 @@ fn schema_for(generator: &mut SchemaGenerator, r: &ResourceInfo) -> String {
             name!(rbac::v1::ClusterRoleBinding)
         }
         ("storage.k8s.io", "v1", "StorageClass") => name!(storage::v1::StorageClass),
+        ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => {
+            name!(k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition)
+        }
         ("authorization.k8s.io", "v1", "SelfSubjectAccessReview") => {
             name!(authorization::v1::SelfSubjectAccessReview)
         }
@@ -205,6 +208,14 @@ fn document(group: &str, version: &str) -> Value {
         .map(|r| (r, schema_for(&mut generator, r)))
         .collect();
     let mut schemas: Map<String, Value> = generator.take_definitions(true);
+    // apiextensions' JSON (a schema's `default`, `enum` values, `example`) is any JSON value,
+    // as kube-apiserver publishes it; k8s-openapi calls it an object.
+    if let Some(Value::Object(any)) =
+        schemas.get_mut("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSON")
+    {
+        any.remove("type");
+        any.insert("x-kubernetes-preserve-unknown-fields".into(), json!(true));
+    }
     let mut paths = Map::new();
     for (r, name) in &kinds {
         if let Some(Value::Object(schema)) = schemas.get_mut(name) {

@@ -328,6 +328,7 @@ async fn check_kubectl(binary: PathBuf, version: &str, aggregated: &str) {
     assert_eq!(
         versions,
         [
+            "apiextensions.k8s.io/v1",
             "apps/v1",
             "authentication.k8s.io/v1",
             "authorization.k8s.io/v1",

@@ -33,6 +33,7 @@ static DEPLOYMENT: ResourceInfo = ResourceInfo {
     has_status: true,
     tracks_generation: true,
     selectable_fields: &[],
+    has_scale: false,
 };
 
 fn run(cases: &[(&str, &ResourceInfo, Value, Value, Want)]) {
@@ -803,6 +804,7 @@ fn schemaless_kinds_refuse_strategic_merge() {
         has_status: false,
         tracks_generation: true,
         selectable_fields: &[],
+        has_scale: false,
     };
     let got =
         apply_strategic_merge_patch(&WIDGET, &json!({"spec": {}}), &json!({"spec": {"a": 1}}));

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::cluster_ip::ClusterIpAllocator;
+use super::crd::CustomKinds;
 use super::metrics::ApiMetrics;
 use super::node_port::NodePortAllocator;
 use crate::auth::rbac::Authorizer;
@@ -52,6 +53,9 @@ pub struct ApiContext {
     pub streams: Arc<Streams>,
     /// What `/metrics` reports (shared likewise: one process, one set of counters).
     pub metrics: Arc<ApiMetrics>,
+    /// The custom kinds served, derived from the store's CustomResourceDefinitions (shared
+    /// likewise).
+    pub custom_kinds: Arc<CustomKinds>,
 }
 
 impl ApiContext {
@@ -61,6 +65,7 @@ impl ApiContext {
         let cluster_ips = ClusterIpAllocator::new(&settings.service_cidr);
         ApiContext {
             authorizer: Arc::new(Authorizer::new(store.clone())),
+            custom_kinds: Arc::new(CustomKinds::new(store.clone())),
             store,
             writer,
             reads: Arc::new(LocalReads),
@@ -92,6 +97,7 @@ impl ApiContext {
             service_accounts: self.service_accounts.clone(),
             streams: self.streams.clone(),
             metrics: self.metrics.clone(),
+            custom_kinds: self.custom_kinds.clone(),
         }
     }
 

@@ -1,8 +1,9 @@
 //! API discovery: `/api`, `/apis`, `/api/v1`, `/apis/G/V`, and aggregated discovery (v2 and
 //! v2beta1) chosen by the Accept header.
 //!
-//! Everything is derived from the resource registry (`kube::resources::RESOURCES`), so a kind
-//! added there shows up in every discovery document without touching this file.
+//! Everything is derived from the resource registry (`kube::resources::RESOURCES`) and the
+//! custom kinds the stored CustomResourceDefinitions establish (`crd::CustomKinds`), so a kind
+//! added to either shows up in every discovery document without touching this file.
 //!
 //! The client decides how to parse a discovery reply from its Content-Type, so the negotiated
 //! aggregated media type is echoed back exactly; anything else is answered with plain JSON.
@@ -134,6 +135,7 @@ impl MediaRange {
 /// The discovery response for `path`, or `None` when `path` is not a discovery path.
 pub fn respond(ctx: &ApiContext, path: &str, accept: &str) -> Option<Response<ApiBody>> {
     let trimmed = path.trim_end_matches('/');
+    let kinds = served_kinds(ctx);
     let segments: Vec<&str> = trimmed.split('/').skip(1).collect();
     let (aggregated_ok, builder): (bool, Box<dyn Fn(Format) -> Option<Value>>) =
         match segments.as_slice() {
@@ -143,32 +145,38 @@ pub fn respond(ctx: &ApiContext, path: &str, accept: &str) -> Option<Response<Ap
                     true,
                     Box::new(move |f| {
                         Some(match f {
-                            Format::Plain => api_versions(&address),
-                            Format::Aggregated(v) => aggregated_list(v, true),
+                            Format::Plain => api_versions(&kinds, &address),
+                            Format::Aggregated(v) => aggregated_list(&kinds, v, true),
                         })
                     }),
                 )
             }
             ["apis"] => (
                 true,
-                Box::new(|f| {
+                Box::new(move |f| {
                     Some(match f {
-                        Format::Plain => api_group_list(),
-                        Format::Aggregated(v) => aggregated_list(v, false),
+                        Format::Plain => api_group_list(&kinds),
+                        Format::Aggregated(v) => aggregated_list(&kinds, v, false),
                     })
                 }),
             ),
             ["api", version] => {
                 let version = version.to_string();
-                (false, Box::new(move |_| resource_list("", &version)))
+                (
+                    false,
+                    Box::new(move |_| resource_list(&kinds, "", &version)),
+                )
             }
             ["apis", group] => {
                 let group = group.to_string();
-                (false, Box::new(move |_| api_group(&group)))
+                (false, Box::new(move |_| api_group(&kinds, &group)))
             }
             ["apis", group, version] => {
                 let (group, version) = (group.to_string(), version.to_string());
-                (false, Box::new(move |_| resource_list(&group, &version)))
+                (
+                    false,
+                    Box::new(move |_| resource_list(&kinds, &group, &version)),
+                )
             }
             _ => return None,
         };
@@ -210,11 +218,18 @@ fn server_address(ctx: &ApiContext) -> String {
     }
 }
 
+/// Every kind served: the built-in ones in registry order, then the custom ones.
+fn served_kinds(ctx: &ApiContext) -> Vec<&'static ResourceInfo> {
+    let mut kinds: Vec<&'static ResourceInfo> = RESOURCES.iter().collect();
+    kinds.extend(ctx.custom_kinds.served());
+    kinds
+}
+
 /// Groups in registry order (core first, as it is listed first), each with its versions in
 /// registry order; the first version is the preferred one.
-fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
+fn groups(kinds: &[&'static ResourceInfo]) -> Vec<(&'static str, Vec<&'static str>)> {
     let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
-    for r in RESOURCES {
+    for r in kinds {
         match out.iter_mut().find(|(g, _)| *g == r.group) {
             Some((_, versions)) if !versions.contains(&r.version) => versions.push(r.version),
             Some(_) => {}
@@ -225,10 +240,15 @@ fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
 }
 
 /// Resources of one group version, sorted by plural as kube-apiserver lists them.
-fn resources_of(group: &str, version: &str) -> Vec<&'static ResourceInfo> {
-    let mut list: Vec<&'static ResourceInfo> = RESOURCES
+fn resources_of(
+    kinds: &[&'static ResourceInfo],
+    group: &str,
+    version: &str,
+) -> Vec<&'static ResourceInfo> {
+    let mut list: Vec<&'static ResourceInfo> = kinds
         .iter()
         .filter(|r| r.group == group && r.version == version)
+        .copied()
         .collect();
     list.sort_by_key(|r| r.plural);
     list
@@ -242,8 +262,8 @@ fn group_version(group: &str, version: &str) -> String {
     }
 }
 
-fn api_versions(address: &str) -> Value {
-    let versions: Vec<&str> = groups()
+fn api_versions(kinds: &[&'static ResourceInfo], address: &str) -> Value {
+    let versions: Vec<&str> = groups(kinds)
         .into_iter()
         .filter(|(g, _)| g.is_empty())
         .flat_map(|(_, v)| v)
@@ -267,8 +287,8 @@ fn group_entry(group: &str, versions: &[&str]) -> Value {
     })
 }
 
-fn api_group_list() -> Value {
-    let groups: Vec<Value> = groups()
+fn api_group_list(kinds: &[&'static ResourceInfo]) -> Value {
+    let groups: Vec<Value> = groups(kinds)
         .into_iter()
         .filter(|(g, _)| !g.is_empty())
         .map(|(g, v)| group_entry(g, &v))
@@ -276,11 +296,11 @@ fn api_group_list() -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-fn api_group(group: &str) -> Option<Value> {
+fn api_group(kinds: &[&'static ResourceInfo], group: &str) -> Option<Value> {
     if group.is_empty() {
         return None;
     }
-    let (name, versions) = groups().into_iter().find(|(g, _)| *g == group)?;
+    let (name, versions) = groups(kinds).into_iter().find(|(g, _)| *g == group)?;
     let mut entry = group_entry(name, &versions);
     let obj = entry.as_object_mut()?;
     obj.insert("kind".into(), "APIGroup".into());
@@ -295,8 +315,8 @@ fn insert_nonempty(obj: &mut serde_json::Map<String, Value>, key: &str, list: &[
     }
 }
 
-fn resource_list(group: &str, version: &str) -> Option<Value> {
-    let list = resources_of(group, version);
+fn resource_list(kinds: &[&'static ResourceInfo], group: &str, version: &str) -> Option<Value> {
+    let list = resources_of(kinds, group, version);
     if list.is_empty() {
         return None;
     }
@@ -375,15 +395,19 @@ fn aggregated_resource(r: &ResourceInfo) -> Value {
 }
 
 /// APIGroupDiscoveryList for `/api` (`core`: the single unnamed core group) or `/apis`.
-fn aggregated_list(version: AggregatedVersion, core: bool) -> Value {
-    let items: Vec<Value> = groups()
+fn aggregated_list(
+    kinds: &[&'static ResourceInfo],
+    version: AggregatedVersion,
+    core: bool,
+) -> Value {
+    let items: Vec<Value> = groups(kinds)
         .into_iter()
         .filter(|(g, _)| g.is_empty() == core)
         .map(|(g, versions)| {
             let versions: Vec<Value> = versions
                 .iter()
                 .map(|v| {
-                    let resources: Vec<Value> = resources_of(g, v)
+                    let resources: Vec<Value> = resources_of(kinds, g, v)
                         .into_iter()
                         .map(aggregated_resource)
                         .collect();

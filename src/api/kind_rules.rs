@@ -1,7 +1,7 @@
 //! Per-kind preparation of an object before it is written: namespace finalizers, phase and
 //! name label; a new object's status; secret stringData; the kind's defaults (`defaults`),
 //! Service addresses and ports (`service`), and kind-specific validation (`lease`,
-//! `spec_validation`).
+//! `spec_validation`); CustomResourceDefinitions and custom objects (`crd`).
 
 use base64::Engine;
 use serde_json::{json, Map, Value};
@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use super::meta::metadata_mut;
 use super::service::{self, Reservations};
 use super::status::ApiError;
-use super::{defaults, lease, spec_validation, ApiContext};
+use super::{crd, defaults, lease, spec_validation, ApiContext};
 use crate::kube::object::ObjectKey;
 use crate::kube::resources::ResourceInfo;
 
@@ -54,7 +54,7 @@ fn create_resets_status(info: &ResourceInfo) -> bool {
 /// cluster IPs and node ports against the ones in use). Such creates pass the read barrier
 /// first (`barrier::decide`); keep this in step with every store read in `prepare`.
 pub fn create_reads_store(info: &ResourceInfo) -> bool {
-    is(info, "services")
+    is(info, "services") || crd::is_definition(info)
 }
 
 /// Prepares a new or updated object. `old` is the stored version on update. The returned
@@ -130,6 +130,11 @@ pub fn prepare<'a>(
         metadata_mut(object).insert("generation".into(), json!(bumped));
     }
     spec_validation::validate(info, name, old, object)?;
+    if crd::is_definition(info) {
+        crd::definition::prepare(ctx, info, name, old, object)?;
+    } else if let Some(kind) = ctx.custom_kinds.of(info) {
+        crd::objects::prepare(&kind, info, name, old.is_none(), object)?;
+    }
     if is(info, "services") {
         let namespace = object
             .pointer("/metadata/namespace")

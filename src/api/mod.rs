@@ -37,6 +37,7 @@ pub(crate) mod body;
 pub(crate) mod cluster_ip;
 pub(crate) mod context;
 pub(crate) mod continue_token;
+pub(crate) mod crd;
 pub(crate) mod create;
 pub(crate) mod defaults;
 pub(crate) mod delete;

@@ -113,12 +113,18 @@ pub fn check_fields(req: &ApiRequest, info: &ResourceInfo, object: &Value) -> Re
     if !matches!(mode, Some("Strict" | "Warn")) {
         return Ok(());
     }
-    let mut problems: Vec<String> =
-        crate::api::openapi::unknown_fields(info.group, info.version, info.kind, object)
-            .unwrap_or_default()
-            .iter()
-            .map(|f| format!("unknown field {f:?}"))
-            .collect();
+    let unknown = crate::api::openapi::unknown_fields(info.group, info.version, info.kind, object)
+        .or_else(|| {
+            let kind = req.ctx.custom_kinds.of(info)?;
+            Some(crate::api::crd::objects::unknown_fields(
+                &kind, info, object,
+            ))
+        });
+    let mut problems: Vec<String> = unknown
+        .unwrap_or_default()
+        .iter()
+        .map(|f| format!("unknown field {f:?}"))
+        .collect();
     if req.body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
         problems.extend(
             duplicate_fields(&req.body)

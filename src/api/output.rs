@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::request::{ApiRequest, Form};
 use super::status::ApiError;
-use super::{response, table, ApiBody};
+use super::{crd, response, table, ApiBody};
 use crate::kube::object::ObjectRef;
 
 fn now() -> chrono::DateTime<chrono::Utc> {
@@ -30,7 +30,12 @@ pub fn table_of(
     metadata: Value,
 ) -> Result<Value, ApiError> {
     let include = req.query.include()?;
-    let mut t = table::render(req.info(), objects, metadata, include, now());
+    let info = req.info();
+    let custom = req.ctx.custom_kinds.of(info);
+    let mut t = match custom.as_ref().and_then(|k| k.version(info.version)) {
+        Some(v) => crd::columns::render(v, objects, metadata, include, now()),
+        None => table::render(info, objects, metadata, include, now()),
+    };
     t["apiVersion"] = json!(format!("meta.k8s.io/{version}"));
     Ok(t)
 }
@@ -104,6 +109,11 @@ pub fn list(
             }
             out.extend_from_slice(b"]}");
             Ok(response::json(StatusCode::OK, out))
+        }
+        Form::Table(v) if req.ctx.custom_kinds.of(info).is_some() => {
+            let values: Vec<Value> = items.iter().map(|o| o.value()).collect();
+            let table = table_of(req, v, &values, metadata)?;
+            Ok(response::json_value(StatusCode::OK, &table))
         }
         Form::Table(v) => {
             let include = req.query.include()?;

@@ -1,12 +1,14 @@
 //! Parses a resource request: the URL path into group, version, namespace, resource, name and
-//! subresource (against `kube::resources`), the query parameters into typed options, and the
-//! Accept header into the response form (object, Table, PartialObjectMetadata).
+//! subresource (against `kube::resources` and the custom kinds of `api::crd`), the query
+//! parameters into typed options, and the Accept header into the response form (object,
+//! Table, PartialObjectMetadata).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use percent_encoding::percent_decode_str;
 
+use super::crd::CustomKinds;
 use super::status::ApiError;
 use super::table::IncludeObject;
 use super::{ApiContext, UserInfo};
@@ -72,8 +74,9 @@ pub fn is_resource_path(path: &str) -> bool {
     }
 }
 
-/// Parses a resource path; `NoRoute` for unknown groups, versions or resources.
-pub fn parse_path(path: &str) -> Result<Target, ApiError> {
+/// Parses a resource path; `NoRoute` for unknown groups, versions or resources. Built-in
+/// kinds are looked up first, then the `custom` kinds the store's definitions establish.
+pub fn parse_path(path: &str, custom: &CustomKinds) -> Result<Target, ApiError> {
     let segs: Vec<String> = path
         .trim_matches('/')
         .split('/')
@@ -87,7 +90,11 @@ pub fn parse_path(path: &str) -> Result<Target, ApiError> {
     if rest.iter().any(String::is_empty) {
         return Err(ApiError::NoRoute);
     }
-    let lookup = |plural: &str| resources::find(group, version, plural).ok_or(ApiError::NoRoute);
+    let lookup = |plural: &str| {
+        resources::find(group, version, plural)
+            .or_else(|| custom.find(group, version, plural))
+            .ok_or(ApiError::NoRoute)
+    };
     // `/namespaces/NS/RESOURCE…` unless it is the namespace's own subresource
     // (`/namespaces/NAME/status`, `/namespaces/NAME/finalize`).
     let namespaced_path = rest.len() >= 3
@@ -313,6 +320,9 @@ mod tests {
 
     #[test]
     fn paths() {
+        let store = std::sync::Arc::new(crate::kube::store::Store::new(Default::default()));
+        let custom = CustomKinds::new(store);
+        let parse_path = |p: &str| parse_path(p, &custom);
         let t = parse_path("/api/v1/namespaces/default/configmaps/x").unwrap();
         assert_eq!(t.info.plural, "configmaps");
         assert_eq!(t.namespace.as_deref(), Some("default"));

@@ -122,7 +122,7 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let started = Instant::now();
-    let target = request::parse_path(path)?;
+    let target = request::parse_path(path, &ctx.custom_kinds)?;
     let query = Query::parse(req.uri().query())?;
     let content_type = header_str(&req, header::CONTENT_TYPE);
     let labels = RequestLabels::new(

@@ -133,6 +133,10 @@ pub enum ApiError {
     },
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
+    /// 405 with its own message: a verb the resource refuses for now (a create of a custom
+    /// object while its definition is being deleted).
+    #[error("{0}")]
+    NotAllowedNow(String),
     #[error(
         "the body of the request was in an unknown format - accepted media types include: {0}"
     )]
@@ -292,7 +296,9 @@ impl ApiError {
             }
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Forbidden(_) | ApiError::Denied { .. } => StatusCode::FORBIDDEN,
-            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::MethodNotAllowed | ApiError::NotAllowedNow(_) => {
+                StatusCode::METHOD_NOT_ALLOWED
+            }
             ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -318,7 +324,7 @@ impl ApiError {
             ApiError::Invalid { .. } | ApiError::Unprocessable(_) => "Invalid",
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::Forbidden(_) | ApiError::Denied { .. } => "Forbidden",
-            ApiError::MethodNotAllowed => "MethodNotAllowed",
+            ApiError::MethodNotAllowed | ApiError::NotAllowedNow(_) => "MethodNotAllowed",
             ApiError::NotAcceptable(_) => "NotAcceptable",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
             ApiError::TooLarge(_) => "RequestEntityTooLarge",

@@ -164,12 +164,32 @@ pub fn render(
     now: chrono::DateTime<chrono::Utc>,
 ) -> Value {
     let (_, cells) = printer_for(info);
+    render_with(
+        column_definitions(info),
+        objects,
+        list_metadata,
+        include,
+        |obj| cells(obj, now),
+        |obj| row_conditions(info, obj),
+    )
+}
+
+/// A Table with the column definitions `columns`, each row's cells from `cells` and its
+/// conditions from `conditions` (the part every printer shares, custom kinds' included).
+pub(crate) fn render_with(
+    columns: Vec<Value>,
+    objects: &[Value],
+    list_metadata: Value,
+    include: IncludeObject,
+    cells: impl Fn(&Value) -> Vec<Value>,
+    conditions: impl Fn(&Value) -> Option<Value>,
+) -> Value {
     let rows: Vec<Value> = objects
         .iter()
         .map(|obj| {
             let mut row = serde_json::Map::new();
-            row.insert("cells".into(), Value::Array(cells(obj, now)));
-            if let Some(conditions) = row_conditions(info, obj) {
+            row.insert("cells".into(), Value::Array(cells(obj)));
+            if let Some(conditions) = conditions(obj) {
                 row.insert("conditions".into(), conditions);
             }
             match include {
@@ -195,7 +215,7 @@ pub fn render(
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": list_metadata,
-        "columnDefinitions": column_definitions(info),
+        "columnDefinitions": columns,
         "rows": rows,
     })
 }

@@ -37,6 +37,8 @@ struct Renderer {
     info: &'static ResourceInfo,
     form: Form,
     include: IncludeObject,
+    /// The custom kind `info` is a version of (its Tables print its columns).
+    custom: Option<std::sync::Arc<crate::api::crd::kind::CustomKind>>,
 }
 
 impl Renderer {
@@ -50,13 +52,26 @@ impl Renderer {
             Form::Table(v) => {
                 let value = object.value();
                 let rv = object.resource_version.to_string();
-                let mut t = table::render(
-                    self.info,
-                    std::slice::from_ref(&value),
-                    json!({"resourceVersion": rv}),
-                    self.include,
-                    chrono::Utc::now(),
-                );
+                let version = self
+                    .custom
+                    .as_ref()
+                    .and_then(|k| k.version(self.info.version));
+                let mut t = match version {
+                    Some(version) => crate::api::crd::columns::render(
+                        version,
+                        std::slice::from_ref(&value),
+                        json!({"resourceVersion": rv}),
+                        self.include,
+                        chrono::Utc::now(),
+                    ),
+                    None => table::render(
+                        self.info,
+                        std::slice::from_ref(&value),
+                        json!({"resourceVersion": rv}),
+                        self.include,
+                        chrono::Utc::now(),
+                    ),
+                };
                 t["apiVersion"] = json!(format!("meta.k8s.io/{v}"));
                 line.extend_from_slice(&serde_json::to_vec(&t).unwrap_or_default());
             }
@@ -196,6 +211,7 @@ pub async fn watch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
         info: req.info(),
         form: req.form,
         include: req.query.include()?,
+        custom: req.ctx.custom_kinds.of(req.info()),
     };
     // Like upstream, 0 means "the server's default", a random 30–60 minutes so that watches
     // reconnect spread out over time.

@@ -25,8 +25,8 @@
 //!   (ReplicaSets and ReplicationControllers), [`deployment`]
 //!   (Deployments), [`statefulset`] (StatefulSets), [`daemonset`] (DaemonSets);
 //!   [`clusterrole_aggregation`] (aggregated ClusterRoles' rules); [`resource_quota`]
-//!   (ResourceQuota status); [`taints`]: taints and
-//!   tolerations.
+//!   (ResourceQuota status); [`crd_cleanup`] (a deleted CustomResourceDefinition's objects
+//!   deleted before it goes); [`taints`]: taints and tolerations.
 //! - [`claim`]: adopting and releasing objects by selector and controller reference;
 //!   [`pod_control`]: pods from templates, with events and slow-start batches;
 //!   [`template`]: pod template hashes and comparison; [`history`]: ControllerRevisions.
@@ -41,6 +41,7 @@
 pub(crate) mod bootstrap;
 pub(crate) mod claim;
 pub(crate) mod clusterrole_aggregation;
+pub(crate) mod crd_cleanup;
 pub(crate) mod cronjob;
 pub(crate) mod daemonset;
 pub(crate) mod deployment;

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::bootstrap::{self, ApiServers};
 use super::clusterrole_aggregation::ClusterRoleAggregation;
+use super::crd_cleanup::CrdCleanup;
 use super::cronjob::CronJobs;
 use super::daemonset::DaemonSets;
 use super::deployment::Deployments;
@@ -166,6 +167,7 @@ fn controller_manager(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<TtlAfterFinished>(builder),
         launch::<ClusterRoleAggregation>(builder),
         launch::<ResourceQuotas>(builder),
+        launch::<CrdCleanup>(builder),
     ]
 }
 

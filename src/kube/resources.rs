@@ -1,6 +1,8 @@
-//! The registry of kinds the API server serves: group, version, kind, plural and singular
-//! names, short names, categories, scope, verbs, subresources and the per-kind selectable
-//! fields. Discovery, routing, OpenAPI and tables all read this one table.
+//! The registry of built-in kinds the API server serves: group, version, kind, plural and
+//! singular names, short names, categories, scope, verbs, subresources and the per-kind
+//! selectable fields. Discovery, routing, OpenAPI and tables all read this one table; the
+//! custom kinds CustomResourceDefinitions add at run time are `api::crd`'s registry, whose
+//! served versions are described by the same `ResourceInfo`.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -26,6 +28,9 @@ pub struct ResourceInfo {
     pub tracks_generation: bool,
     /// Fields usable in fieldSelector besides metadata.name and metadata.namespace.
     pub selectable_fields: &'static [&'static str],
+    /// Whether the kind has a `scale` subresource besides the built-in ones in [`SCALABLE`]
+    /// (a custom kind whose definition asks for one).
+    pub has_scale: bool,
 }
 
 impl ResourceInfo {
@@ -135,7 +140,7 @@ impl ResourceInfo {
                 verbs: &["create"],
             });
         }
-        if SCALABLE.contains(&(self.group, self.plural)) {
+        if self.has_scale || SCALABLE.contains(&(self.group, self.plural)) {
             out.push(Subresource {
                 name: "scale",
                 group: "autoscaling",
@@ -201,6 +206,7 @@ macro_rules! resource {
             has_status: $status,
             tracks_generation: $gen,
             selectable_fields: $fields,
+            has_scale: false,
         }
     };
 }
@@ -288,6 +294,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         namespaced: false, status: false, generation: false, fields: &[]),
     resource!("storage.k8s.io", "v1", "StorageClass", "storageclasses", "storageclass", &["sc"], NO_NAMES,
         namespaced: false, status: false, generation: false, fields: &[]),
+    resource!("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition", &["crd", "crds"], &["api-extensions"],
+        namespaced: false, status: true, generation: true, fields: &[]),
     resource!("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview", NO_NAMES, NO_NAMES,
         namespaced: false, status: false, generation: false, fields: &[]),
     resource!("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview", NO_NAMES, NO_NAMES,

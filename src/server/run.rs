@@ -226,6 +226,7 @@ pub async fn run_until(
     let serving = tokio::spawn(listener.run(shutdown.clone()));
     // The RBAC index follows the store from now on (requests also bring it up to date).
     tokio::spawn(ctx.authorizer.clone().follow(shutdown.clone()));
+    tokio::spawn(ctx.custom_kinds.clone().follow(shutdown.clone()));
     tracing::info!(
         component = "server",
         listen = %bound,

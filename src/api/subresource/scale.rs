@@ -1,8 +1,9 @@
-//! The `scale` subresource (deployments, replicasets, statefulsets, replicationcontrollers):
-//! an autoscaling/v1 `Scale` view of the object — `spec.replicas`, `status.replicas` and the
-//! selector as a string — read with GET and written with PUT or PATCH (`kubectl scale` sends a
-//! merge patch). A write changes only the object's `spec.replicas`, through the write step as
-//! a PUT of the object would.
+//! The `scale` subresource (deployments, replicasets, statefulsets, replicationcontrollers,
+//! and custom kinds whose definition asks for one): an autoscaling/v1 `Scale` view of the
+//! object — `spec.replicas`, `status.replicas` and the selector as a string — read with GET
+//! and written with PUT or PATCH (`kubectl scale` sends a merge patch). A write changes only
+//! the object's `spec.replicas` (a custom kind's `specReplicasPath`), through the write step
+//! as a PUT of the object would.
 
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
@@ -16,7 +17,61 @@ use crate::kube::object::ObjectRef;
 use crate::kube::patch::{self as patches, PatchError};
 use crate::kube::resources::ResourceInfo;
 
-/// The Scale of `object` (a full object of a scalable kind).
+/// Where a custom kind keeps what its Scale shows, as paths of field names (its definition's
+/// `.spec.replicas`-style paths).
+#[derive(Debug, Clone)]
+struct CustomPaths {
+    spec_replicas: Vec<String>,
+    status_replicas: Vec<String>,
+    label_selector: Option<Vec<String>>,
+}
+
+fn field_path(json_path: &str) -> Vec<String> {
+    json_path
+        .trim_start_matches('.')
+        .split('.')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn at<'v>(object: &'v Value, path: &[String]) -> Option<&'v Value> {
+    path.iter().try_fold(object, |node, key| node.get(key))
+}
+
+/// The scale paths of `req`'s kind when it is a custom kind.
+fn custom_paths(req: &ApiRequest) -> Option<CustomPaths> {
+    let kind = req.ctx.custom_kinds.of(req.info())?;
+    let paths = kind.version(req.info().version)?.scale.clone()?;
+    Some(CustomPaths {
+        spec_replicas: field_path(&paths.spec_replicas),
+        status_replicas: field_path(&paths.status_replicas),
+        label_selector: paths.label_selector.as_deref().map(field_path),
+    })
+}
+
+/// The Scale of `object`: a built-in kind's, or a custom kind's through its `paths`.
+fn scale_for(info: &ResourceInfo, custom: Option<&CustomPaths>, object: &Value) -> Value {
+    let Some(paths) = custom else {
+        return scale_of(info, object);
+    };
+    let mut scale = scale_of(info, &json!({"metadata": object.get("metadata")}));
+    let replicas = |path: &[String]| at(object, path).and_then(Value::as_i64).unwrap_or(0);
+    scale["spec"]["replicas"] = json!(replicas(&paths.spec_replicas));
+    scale["status"] = json!({"replicas": replicas(&paths.status_replicas)});
+    if let Some(selector) = paths
+        .label_selector
+        .as_ref()
+        .and_then(|p| at(object, p))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
+        scale["status"]["selector"] = json!(selector);
+    }
+    scale
+}
+
+/// The Scale of `object` (a full object of a built-in scalable kind).
 pub fn scale_of(info: &ResourceInfo, object: &Value) -> Value {
     let md = object.get("metadata").cloned().unwrap_or_else(|| json!({}));
     let mut metadata = serde_json::Map::new();
@@ -60,8 +115,13 @@ pub fn scale_of(info: &ResourceInfo, object: &Value) -> Value {
     })
 }
 
-fn respond(info: &ResourceInfo, code: StatusCode, object: &Value) -> Response<ApiBody> {
-    response::json_value(code, &scale_of(info, object))
+fn respond(
+    info: &ResourceInfo,
+    custom: Option<&CustomPaths>,
+    code: StatusCode,
+    object: &Value,
+) -> Response<ApiBody> {
+    response::json_value(code, &scale_for(info, custom, object))
 }
 
 /// GET …/scale.
@@ -73,7 +133,13 @@ pub async fn get(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
         .store
         .get(&req.target.key(name))
         .ok_or_else(|| ApiError::not_found(info, name))?;
-    Ok(respond(info, StatusCode::OK, &object.value()))
+    let custom = custom_paths(req);
+    Ok(respond(
+        info,
+        custom.as_ref(),
+        StatusCode::OK,
+        &object.value(),
+    ))
 }
 
 /// The autoscaling Scale "kind" errors name.
@@ -117,9 +183,10 @@ pub async fn write(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
     } else {
         (None, write::decode(req)?)
     };
+    let custom = custom_paths(req);
     let outcome = write::read_modify_write(req, &name, req.query.dry_run, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(info, &name))?;
-        plan(info, &name, patch_type, &input, current)
+        plan(info, custom.as_ref(), &name, patch_type, &input, current)
     })
     .await?;
     let object = match outcome {
@@ -127,13 +194,14 @@ pub async fn write(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
         Outcome::Created(Written::DryRun(v)) | Outcome::Updated(Written::DryRun(v)) => v,
         Outcome::Removed(o) => o.value(),
     };
-    Ok(respond(info, StatusCode::OK, &object))
+    Ok(respond(info, custom.as_ref(), StatusCode::OK, &object))
 }
 
 /// One attempt: the object with the replicas the Scale asks for (`input`, or `input` patched
 /// over the current Scale).
 fn plan(
     info: &ResourceInfo,
+    custom: Option<&CustomPaths>,
     name: &str,
     patch_type: Option<PatchKind>,
     input: &Value,
@@ -143,7 +211,7 @@ fn plan(
     let scale = match patch_type {
         None => input.clone(),
         Some(kind) => {
-            let current_scale = scale_of(info, &object);
+            let current_scale = scale_for(info, custom, &object);
             let patched = match kind {
                 PatchKind::Json => patches::apply_json_patch(&current_scale, input),
                 // Scale has no merge keys: strategic and apply patches merge like JSON.
@@ -172,7 +240,13 @@ fn plan(
     }
     let replicas = wanted_replicas(name, &scale)?;
     let mut wanted = object.clone();
-    wanted["spec"]["replicas"] = json!(replicas);
+    match custom {
+        Some(paths) => {
+            let path: Vec<&str> = paths.spec_replicas.iter().map(String::as_str).collect();
+            crate::api::meta::set_path(&mut wanted, &path, json!(replicas));
+        }
+        None => wanted["spec"]["replicas"] = json!(replicas),
+    }
     Ok(Plan::Replace {
         old: object,
         wanted,

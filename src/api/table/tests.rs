@@ -170,6 +170,7 @@ fn unknown_kind_gets_name_and_created_at() {
         has_status: false,
         tracks_generation: true,
         selectable_fields: &[],
+        has_scale: false,
     };
     assert_eq!(normal(&fake), ["NAME", "CREATED AT"]);
     let row = cells(

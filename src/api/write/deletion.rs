@@ -248,6 +248,16 @@ fn plan(
         finalizers.push(f.to_string());
         meta::metadata_mut(&mut value).insert("finalizers".into(), json!(finalizers));
     }
+    // A CustomResourceDefinition goes only after its objects (`controllers::crd_cleanup`): as
+    // in kube-apiserver, its deletion adds the cleanup finalizer.
+    let cleanup = crate::api::crd::definition::CLEANUP_FINALIZER;
+    if crate::api::crd::is_definition(info)
+        && !meta::is_deleting(&value)
+        && !finalizers.iter().any(|f| f == cleanup)
+    {
+        finalizers.push(cleanup.to_string());
+        meta::metadata_mut(&mut value).insert("finalizers".into(), json!(finalizers));
+    }
     if finalizers.is_empty() && grace == 0 {
         return Ok(Plan::Remove);
     }

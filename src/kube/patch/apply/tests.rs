@@ -110,6 +110,7 @@ static DEPLOYMENT: crate::kube::resources::ResourceInfo = crate::kube::resources
     has_status: true,
     tracks_generation: true,
     selectable_fields: &[],
+    has_scale: false,
 };
 
 fn cm(data: Value) -> Value {
