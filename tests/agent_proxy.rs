@@ -664,45 +664,64 @@ fn a_service_with_every_port_is_bounded() {
 /// A plain TCP server answering each connection with a fixed HTTP response (no fork per
 /// connection, unlike busybox httpd, so the network path is a visible part of the time).
 const LATENCY_SERVER: &str = r#"
-import socket
+import socket, threading
+answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+def serve(c):
+    # One answer per request read, until the client closes (HTTP/1.1 keep-alive).
+    while c.recv(4096):
+        c.sendall(answer)
+    c.close()
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", 9090))
 s.listen(1024)
-answer = b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"
 while True:
     c, _ = s.accept()
-    c.recv(4096)
-    c.sendall(answer)
-    c.close()
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
 "#;
 
-/// Alternates new connections to the pod's address and to the ClusterIP (request, whole
-/// answer, close), `N` of each per round, and prints each round's percentiles.
+/// Alternates requests to the pod's address and to the ClusterIP, `N` of each per round and
+/// mode, and prints each round's percentiles: on new connections (connect, request, answer,
+/// close) and on one kept connection per address.
 const LATENCY_CLIENT: &str = r#"
 import socket, sys, time
 n = int(sys.argv[1])
 targets = [("pod-ip", ("10.42.0.2", 9090)), ("cluster-ip", ("10.43.200.30", 80))]
-def one(addr):
+request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+def fresh(addr):
+    # A new connection: the first packet goes through the NAT rules.
     t = time.perf_counter()
     c = socket.create_connection(addr, timeout=3)
-    c.sendall(b"GET / HTTP/1.0\r\n\r\n")
-    while c.recv(4096):
-        pass
+    c.sendall(request)
+    c.recv(4096)
     c.close()
     return time.perf_counter() - t
+open_conns = {}
+def reused(name, addr):
+    # A request on an established connection: conntrack's fast path only.
+    c = open_conns.get(name)
+    if c is None:
+        c = open_conns[name] = socket.create_connection(addr, timeout=3)
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    t = time.perf_counter()
+    c.sendall(request)
+    c.recv(4096)
+    return time.perf_counter() - t
 for r in range(3):
-    lat = {name: [] for name, _ in targets}
-    for i in range(n):
-        for name, addr in (targets if i % 2 == 0 else targets[::-1]):
-            lat[name].append(one(addr))
-    for name, _ in targets:
-        v = sorted(lat[name])
-        print(f"round {r} {name} p50 {v[n // 2] * 1e6:.0f} us p99 {v[int(n * 0.99)] * 1e6:.0f} us", flush=True)
+    for mode in ("new", "keepalive"):
+        lat = {name: [] for name, _ in targets}
+        for i in range(n):
+            for name, addr in (targets if i % 2 == 0 else targets[::-1]):
+                lat[name].append(fresh(addr) if mode == "new" else reused(name, addr))
+        for name, _ in targets:
+            v = sorted(lat[name])
+            print(f"round {r} {mode} {name} p50 {v[n // 2] * 1e6:.0f} us p99 {v[int(n * 0.99)] * 1e6:.0f} us", flush=True)
 "#;
 
-/// The cost of the Service rules on a request: new connections from a pod to another pod's
-/// address and to a ClusterIP leading to it (in a table of 1,000 other Services), alternated (run by bench/net.sh; it prints and
+/// The cost of the Service rules on a request from a pod to another pod's address and to a
+/// ClusterIP leading to it (in a table of 1,000 other Services), on new and kept connections,
+/// alternated (run by bench/net.sh; it prints and
 /// asserts nothing about time).
 #[test]
 #[ignore = "a benchmark: bench/net.sh runs it"]
