@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::bootstrap::{self, ApiServers};
 use super::clusterrole_aggregation::ClusterRoleAggregation;
 use super::cronjob::CronJobs;
+use super::csr_signer::CsrSigner;
 use super::daemonset::DaemonSets;
 use super::deployment::Deployments;
 use super::disruption::Disruption;
@@ -166,6 +167,7 @@ fn controller_manager(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<TtlAfterFinished>(builder),
         launch::<ClusterRoleAggregation>(builder),
         launch::<ResourceQuotas>(builder),
+        launch::<CsrSigner>(builder),
     ]
 }
 

@@ -126,6 +126,15 @@ impl ResourceInfo {
                 verbs: &["create"],
             });
         }
+        if self.group == "certificates.k8s.io" && self.plural == "certificatesigningrequests" {
+            out.push(Subresource {
+                name: "approval",
+                group: self.group,
+                version: self.version,
+                kind: self.kind,
+                verbs: &["get", "patch", "update"],
+            });
+        }
         if self.group.is_empty() && self.plural == "serviceaccounts" {
             out.push(Subresource {
                 name: "token",
@@ -288,6 +297,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         namespaced: false, status: false, generation: false, fields: &[]),
     resource!("storage.k8s.io", "v1", "StorageClass", "storageclasses", "storageclass", &["sc"], NO_NAMES,
         namespaced: false, status: false, generation: false, fields: &[]),
+    resource!("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", "certificatesigningrequest", &["csr"], NO_NAMES,
+        namespaced: false, status: true, generation: false, fields: &["spec.signerName"]),
     resource!("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview", NO_NAMES, NO_NAMES,
         namespaced: false, status: false, generation: false, fields: &[]),
     resource!("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview", NO_NAMES, NO_NAMES,
