@@ -16,8 +16,8 @@
 use std::path::PathBuf;
 
 use k8s_openapi::api::{
-    apps, authentication, authorization, autoscaling, batch, coordination, core, discovery, events,
-    networking, policy, rbac, scheduling, storage,
+    apps, authentication, authorization, autoscaling, batch, certificates, coordination, core,
+    discovery, events, networking, policy, rbac, scheduling, storage,
 };
 use litek8s::kube::resources::{ResourceInfo, RESOURCES};
 use schemars::generate::SchemaSettings;
@@ -63,6 +63,9 @@ fn schema_for(generator: &mut SchemaGenerator, r: &ResourceInfo) -> String {
         }
         ("policy", "v1", "PodDisruptionBudget") => name!(policy::v1::PodDisruptionBudget),
         ("scheduling.k8s.io", "v1", "PriorityClass") => name!(scheduling::v1::PriorityClass),
+        ("certificates.k8s.io", "v1", "CertificateSigningRequest") => {
+            name!(certificates::v1::CertificateSigningRequest)
+        }
         ("networking.k8s.io", "v1", "Ingress") => name!(networking::v1::Ingress),
         ("networking.k8s.io", "v1", "IngressClass") => name!(networking::v1::IngressClass),
         ("networking.k8s.io", "v1", "NetworkPolicy") => name!(networking::v1::NetworkPolicy),

@@ -300,6 +300,13 @@ async fn check_kubectl(binary: PathBuf, version: &str, aggregated: &str) {
         &["deployments", "deploy", "apps/v1", "true", "Deployment"],
         &["cronjobs", "cj", "batch/v1", "true", "CronJob"],
         &["persistentvolumes", "pv", "v1", "false", "PersistentVolume"],
+        &[
+            "certificatesigningrequests",
+            "csr",
+            "certificates.k8s.io/v1",
+            "false",
+            "CertificateSigningRequest",
+        ],
     ] {
         assert!(
             has_row(&out, want),
@@ -334,6 +341,7 @@ async fn check_kubectl(binary: PathBuf, version: &str, aggregated: &str) {
             "authorization.k8s.io/v1",
             "autoscaling/v2",
             "batch/v1",
+            "certificates.k8s.io/v1",
             "coordination.k8s.io/v1",
             "discovery.k8s.io/v1",
             "events.k8s.io/v1",

@@ -34,6 +34,7 @@
 pub(crate) mod access_review;
 pub(crate) mod barrier;
 pub(crate) mod body;
+pub mod certificates;
 pub(crate) mod cluster_ip;
 pub(crate) mod context;
 pub(crate) mod continue_token;

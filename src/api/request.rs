@@ -132,7 +132,7 @@ pub fn parse_path(path: &str, custom: &CustomKinds) -> Result<Target, ApiError> 
     match target.subresource.as_deref() {
         None => Ok(target),
         Some("status") if target.info.has_status => Ok(target),
-        Some(sub @ ("scale" | "binding"))
+        Some(sub @ ("scale" | "binding" | "approval"))
             if target.info.subresources().iter().any(|s| s.name == sub) =>
         {
             Ok(target)

@@ -3,7 +3,7 @@
 //! controllers' selectors and their match with the template labels, service ports, and the
 //! fields an update may not change (a deployment's selector, a job's selector and template);
 //! the RBAC kinds' rules and references (`rbac_validation`); PriorityClass, ResourceQuota and
-//! LimitRange (`policy_validation`).
+//! LimitRange (`policy_validation`); CertificateSigningRequests (`certificates`).
 
 use serde_json::{Map, Value};
 
@@ -91,6 +91,9 @@ pub fn validate(
         }
         ("" | "scheduling.k8s.io", kind @ ("ResourceQuota" | "LimitRange" | "PriorityClass")) => {
             causes.extend(super::policy_validation::causes(kind, old, object))
+        }
+        ("certificates.k8s.io", "CertificateSigningRequest") => {
+            causes.extend(super::certificates::causes(old, object))
         }
         ("rbac.authorization.k8s.io", kind) => {
             causes.extend(super::rbac_validation::causes(kind, old, object))

@@ -82,6 +82,12 @@ pub struct ApiserverArgs {
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_go_duration)]
     pub event_ttl: std::time::Duration,
 
+    /// The longest a certificate issued for a CertificateSigningRequest is valid
+    /// (kube-controller-manager's --cluster-signing-duration), as a Go duration; a request's
+    /// `expirationSeconds` may only shorten it.
+    #[arg(long, value_name = "DURATION", default_value = "8760h", value_parser = parse_go_duration)]
+    pub cluster_signing_duration: std::time::Duration,
+
     /// How long a node's agent may stay silent (no Lease renewal, no status) before the node
     /// is marked Unknown and tainted unreachable (kube-controller-manager's flag), Go duration.
     #[arg(long, value_name = "DURATION", default_value = "40s", value_parser = parse_go_duration)]
@@ -202,6 +208,7 @@ impl ApiserverArgs {
             cluster_dns: Some(cluster_dns),
             watch_history: self.watch_history,
             event_ttl: self.event_ttl,
+            cluster_signing_duration: self.cluster_signing_duration,
             node_monitor_grace_period: self.node_monitor_grace_period,
             terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
             cluster_cidr: self.cluster_cidr,

@@ -26,7 +26,8 @@
 //!   (Deployments), [`statefulset`] (StatefulSets), [`daemonset`] (DaemonSets);
 //!   [`clusterrole_aggregation`] (aggregated ClusterRoles' rules); [`resource_quota`]
 //!   (ResourceQuota status); [`crd_cleanup`] (a deleted CustomResourceDefinition's objects
-//!   deleted before it goes); [`taints`]: taints and tolerations.
+//!   deleted before it goes); [`csr_signer`] (approved CertificateSigningRequests for the
+//!   API server's client signers); [`taints`]: taints and tolerations.
 //! - [`claim`]: adopting and releasing objects by selector and controller reference;
 //!   [`pod_control`]: pods from templates, with events and slow-start batches;
 //!   [`template`]: pod template hashes and comparison; [`history`]: ControllerRevisions.
@@ -43,6 +44,7 @@ pub(crate) mod claim;
 pub(crate) mod clusterrole_aggregation;
 pub(crate) mod crd_cleanup;
 pub(crate) mod cronjob;
+pub(crate) mod csr_signer;
 pub(crate) mod daemonset;
 pub(crate) mod deployment;
 pub(crate) mod disruption;
@@ -104,6 +106,11 @@ pub struct ControllerSettings {
     pub event_ttl: std::time::Duration,
     /// The cluster CA certificate (PEM), published as `kube-root-ca.crt` in every namespace.
     pub ca_cert_pem: String,
+    /// The cluster CA's key (PEM): the CSR signer issues client certificates with it.
+    pub ca_key_pem: String,
+    /// The longest certificate the CSR signer issues (`--cluster-signing-duration`, default
+    /// one year).
+    pub cluster_signing_duration: std::time::Duration,
     /// How long a node may go unheard before it is marked Unknown
     /// (`--node-monitor-grace-period`, default 40 s).
     pub node_monitor_grace_period: std::time::Duration,
@@ -154,6 +161,8 @@ pub mod testing {
         ControllerSettings {
             event_ttl: std::time::Duration::from_secs(3600),
             ca_cert_pem: "CA".into(),
+            ca_key_pem: String::new(),
+            cluster_signing_duration: std::time::Duration::from_secs(365 * 24 * 3600),
             node_monitor_grace_period: std::time::Duration::from_secs(40),
             terminated_pod_gc_threshold: 12_500,
             cluster_cidr: super::node_ipam::ClusterCidr::parse("10.42.0.0/16")

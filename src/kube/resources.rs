@@ -131,6 +131,15 @@ impl ResourceInfo {
                 verbs: &["create"],
             });
         }
+        if self.group == "certificates.k8s.io" && self.plural == "certificatesigningrequests" {
+            out.push(Subresource {
+                name: "approval",
+                group: self.group,
+                version: self.version,
+                kind: self.kind,
+                verbs: &["get", "patch", "update"],
+            });
+        }
         if self.group.is_empty() && self.plural == "serviceaccounts" {
             out.push(Subresource {
                 name: "token",
@@ -296,6 +305,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         namespaced: false, status: false, generation: false, fields: &[]),
     resource!("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition", &["crd", "crds"], &["api-extensions"],
         namespaced: false, status: true, generation: true, fields: &[]),
+    resource!("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", "certificatesigningrequest", &["csr"], NO_NAMES,
+        namespaced: false, status: true, generation: false, fields: &["spec.signerName"]),
     resource!("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview", NO_NAMES, NO_NAMES,
         namespaced: false, status: false, generation: false, fields: &[]),
     resource!("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview", NO_NAMES, NO_NAMES,

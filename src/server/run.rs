@@ -259,6 +259,8 @@ pub async fn run_until(
                 run_controller_manager: settings.run_controller_manager,
                 run_scheduler: settings.run_scheduler,
                 ca_cert_pem: pki.ca_cert_pem.clone(),
+                ca_key_pem: ca_key_pem.clone(),
+                cluster_signing_duration: settings.cluster_signing_duration,
             },
         },
         shutdown.clone(),

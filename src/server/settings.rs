@@ -32,6 +32,8 @@ pub struct ServerSettings {
     pub watch_history: usize,
     /// How long Events are kept after their last update (`--event-ttl`).
     pub event_ttl: std::time::Duration,
+    /// `--cluster-signing-duration`: the longest certificate the CSR signer issues.
+    pub cluster_signing_duration: std::time::Duration,
     /// `--node-monitor-grace-period`: how long a node may go unheard.
     pub node_monitor_grace_period: std::time::Duration,
     /// `--terminated-pod-gc-threshold`.

@@ -1,6 +1,7 @@
 //! Printers for storage, networking, policy and RBAC kinds: persistentvolumes,
 //! persistentvolumeclaims, storageclasses, resourcequotas, priorityclasses, ingresses,
-//! ingressclasses, networkpolicies, rolebindings and clusterrolebindings. Roles, clusterroles
+//! ingressclasses, networkpolicies, rolebindings, clusterrolebindings and
+//! certificatesigningrequests. Roles, clusterroles
 //! and limitranges have no printer upstream and get the default table.
 
 use chrono::{DateTime, Utc};
@@ -39,6 +40,12 @@ pub(super) static PRINTERS: &[Printer] = &[
         kind: "PriorityClass",
         columns: PRIORITYCLASS,
         cells: priority_class,
+    },
+    Printer {
+        group: "certificates.k8s.io",
+        kind: "CertificateSigningRequest",
+        columns: CSR,
+        cells: certificate_signing_request,
     },
     Printer {
         group: "networking.k8s.io",
@@ -306,6 +313,63 @@ fn priority_class(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
             .unwrap_or(false)),
         json!(age(obj, now)),
         json!(text(obj, "/preemptionPolicy")),
+    ]
+}
+
+const CSR: &[Column] = &[
+    NAME,
+    AGE,
+    col(
+        "SignerName",
+        "signerName indicates the requested signer, and is a qualified name.",
+    ),
+    col("Requestor", "Name of the user which made this request."),
+    col(
+        "RequestedDuration",
+        "expirationSeconds is the requested duration of validity of the issued certificate.",
+    ),
+    col(
+        "Condition",
+        "Condition indicates if the request was approved, denied, or has failed.",
+    ),
+];
+
+fn certificate_signing_request(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let signer = match text(obj, "/spec/signerName") {
+        "" => "<none>",
+        s => s,
+    };
+    let duration = obj
+        .pointer("/spec/expirationSeconds")
+        .and_then(Value::as_i64)
+        .map(|s| super::format::human_duration(chrono::Duration::seconds(s)))
+        .unwrap_or_else(|| "<none>".into());
+    let has = |kind: &str| {
+        array(obj, "/status/conditions")
+            .iter()
+            .any(|c| c.get("type").and_then(Value::as_str) == Some(kind))
+    };
+    // Denied before Approved, as kubectl ranks them.
+    let mut condition = if has("Denied") {
+        "Denied".to_string()
+    } else if has("Approved") {
+        "Approved".to_string()
+    } else {
+        "Pending".to_string()
+    };
+    if has("Failed") {
+        condition.push_str(",Failed");
+    }
+    if !text(obj, "/status/certificate").is_empty() {
+        condition.push_str(",Issued");
+    }
+    vec![
+        json!(name(obj)),
+        json!(age(obj, now)),
+        json!(signer),
+        json!(text(obj, "/spec/username")),
+        json!(duration),
+        json!(condition),
     ]
 }
 

@@ -134,9 +134,13 @@ pub fn body_rv(object: &Value) -> Result<Option<u64>, ApiError> {
     }
 }
 
-/// Whether the request writes the `status` subresource (only `status` changes).
+/// Whether the request writes the `status` subresource, or a CertificateSigningRequest's
+/// `approval` (only `status` changes; admission narrows what each may change within it).
 pub fn status_only(req: &ApiRequest) -> bool {
-    req.target.subresource.as_deref() == Some("status")
+    matches!(
+        req.target.subresource.as_deref(),
+        Some("status" | "approval")
+    )
 }
 
 /// Creates `object` (decoded, any kind/apiVersion) in the request's resource and namespace.

@@ -17,6 +17,7 @@
 //! | [`pod_security`] | the Pod Security Standards of the namespace's `pod-security.kubernetes.io/*` labels: enforce refuses pods, warn (and enforce, for workload templates) answers `Warning`s |
 //! | [`priority`] | a pod's priority from its PriorityClass; one global default class |
 //! | [`default_toleration_seconds`] | 300 s tolerations of not-ready and unreachable nodes |
+//! | [`certificate_signing`] | a CertificateSigningRequest's requestor set from the user; what `status` and `approval` may change; `approve` and `sign` on the signer (kube-apiserver's CertificateApproval, CertificateSigning and CertificateSubjectRestriction) |
 //! | [`rbac_escalation`] | no role or binding grants what its writer does not hold (kube-apiserver applies it in the RBAC kinds' storage, after admission) |
 //! | [`resource_quota`] | usage recorded in the namespace's quotas, or the write refused |
 //!
@@ -25,6 +26,7 @@
 //! [`charge_quota`] after the kind's defaults and validation, as upstream's validating
 //! admission runs after mutation.
 
+mod certificate_signing;
 mod default_toleration_seconds;
 mod limit_ranger;
 mod node_restriction;
@@ -67,6 +69,7 @@ const PLUGINS: &[Plugin] = &[
     pod_security::admit,
     priority::admit,
     default_toleration_seconds::admit,
+    certificate_signing::admit,
     rbac_escalation::admit,
 ];
 
