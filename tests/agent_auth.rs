@@ -183,7 +183,8 @@ fn client_certificates_authenticate_and_bad_ones_are_401() {
     std::fs::create_dir(&good).unwrap();
     let good = kubeconfig_for(&good, &server, &cert, &key.serialize_pem());
     for bin in KUBECTLS {
-        // The node role lets it read nodes and services, not namespaces.
+        // The node role lets it read nodes and services, not RBAC's objects. (Namespaces it
+        // reads: NetworkPolicy's namespaceSelector needs their labels.)
         let out = kubectl(bin, &good, &["get", "services", "-A", "-o", "name"]);
         assert!(
             out.status.success(),
@@ -191,14 +192,14 @@ fn client_certificates_authenticate_and_bad_ones_are_401() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(String::from_utf8_lossy(&out.stdout).contains("service/kubernetes"));
-        let out = kubectl(bin, &good, &["get", "namespaces", "-o", "name"]);
+        let out = kubectl(bin, &good, &["get", "clusterroles", "-o", "name"]);
         assert!(
             !out.status.success(),
-            "{bin}: a node may not list namespaces"
+            "{bin}: a node may not list clusterroles"
         );
         assert!(
             String::from_utf8_lossy(&out.stderr).contains(
-                r#"namespaces is forbidden: User "system:node:n1" cannot list resource "namespaces" in API group "" at the cluster scope"#
+                r#"clusterroles.rbac.authorization.k8s.io is forbidden: User "system:node:n1" cannot list resource "clusterroles" in API group "rbac.authorization.k8s.io" at the cluster scope"#
             ),
             "{bin}: {}",
             String::from_utf8_lossy(&out.stderr)
