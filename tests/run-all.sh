@@ -259,7 +259,7 @@ if [ "${SKIP_PACKAGING:-0}" != 1 ]; then
 fi
 
 # --- 7. the packages (dpkg-buildpackage, lintian, rpmbuild; one release build for both) and
-# the booted-Debian tests (tests/systemd/run.sh: single, golden, cluster) with those .debs.
+# the booted-Debian tests (tests/systemd/run.sh: single, golden, cluster, agent, install, network, apply) with those .debs.
 # Needs root; installs its Debian tools; the debootstrapped rootfs is cached in
 # /var/cache/litek8s-test (LITEK8S_TEST_CACHE). SKIP_PACKAGES=1 leaves out both,
 # SKIP_SYSTEMD_E2E=1 only the booted tests; PACKAGES_DIR=DIR tests prebuilt packages instead
@@ -307,7 +307,7 @@ if [ "${SKIP_PACKAGING:-0}" != 1 ] && [ "${SKIP_PACKAGES:-0}" != 1 ]; then
 
     if [ "${SKIP_SYSTEMD_E2E:-0}" != 1 ]; then
         t0=$(date +%s)
-        echo "== booted Debian: single, golden, cluster, agent, install (log: $OUT/systemd-e2e.log)"
+        echo "== booted Debian: single, golden, cluster, agent, install, network, apply (log: $OUT/systemd-e2e.log)"
         kc=$(command -v kubectl || ls /usr/lib/google-cloud-sdk/bin/kubectl.1.33 2>/dev/null || true)
         as_root env KUBECTL="$kc" bash "$ROOT/tests/systemd/run.sh" --debs "$pkgdir" all \
             >"$OUT/systemd-e2e.log" 2>&1
