@@ -78,10 +78,12 @@ fn name(n: u64) -> String {
     }
 }
 
-/// One load thread: latencies (µs) of the answers received while measuring.
+/// One load thread keeping `window` queries in flight: latencies (µs) of the answers
+/// received while measuring.
 fn load(
     server: SocketAddr,
     seed: u64,
+    window: usize,
     stop: Arc<AtomicBool>,
     measuring: Arc<AtomicBool>,
 ) -> Vec<u32> {
