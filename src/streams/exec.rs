@@ -19,6 +19,7 @@ use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 
 use super::route::{self, Route};
+use super::upgrade::{self, Requested};
 use super::{channel_body, pod_target, relay, relayed, spdy, tunnel_request, websocket};
 use crate::api::request::query_pairs;
 use crate::api::status::ApiError;
@@ -38,56 +39,22 @@ pub enum Protocol {
     Spdy,
 }
 
-fn values<'a>(headers: &'a HeaderMap, name: &str) -> impl Iterator<Item = &'a str> {
-    headers
-        .get_all(name)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-}
-
 /// The protocol of an exec request, or why none fits.
 pub fn negotiate(headers: &HeaderMap) -> Result<Protocol, ApiError> {
-    let upgrade = headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    if upgrade == "websocket" {
-        let key = headers
-            .get("sec-websocket-key")
-            .map(|k| k.as_bytes())
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| {
-                ApiError::BadRequest("malformed WebSocket upgrade: no Sec-WebSocket-Key".into())
-            })?;
-        if headers.get("sec-websocket-version").map(|v| v.as_bytes()) != Some(b"13") {
-            return Err(ApiError::BadRequest(
-                "malformed WebSocket upgrade: Sec-WebSocket-Version must be 13".into(),
-            ));
+    match upgrade::requested(headers, SPDY_PROTOCOL)? {
+        Requested::WebSocket { offered, accept } => {
+            let version = WEBSOCKET_PROTOCOLS
+                .into_iter()
+                .find(|p| offered.contains(p))
+                .ok_or_else(|| {
+                    ApiError::BadRequest(format!(
+                        "no WebSocket subprotocol in common: offered {offered:?}, served {WEBSOCKET_PROTOCOLS:?}"
+                    ))
+                })?;
+            Ok(Protocol::WebSocket { version, accept })
         }
-        let offered: Vec<&str> = values(headers, "sec-websocket-protocol").collect();
-        let version = WEBSOCKET_PROTOCOLS
-            .into_iter()
-            .find(|p| offered.contains(p))
-            .ok_or_else(|| {
-                ApiError::BadRequest(format!(
-                    "no WebSocket subprotocol in common: offered {offered:?}, served {WEBSOCKET_PROTOCOLS:?}"
-                ))
-            })?;
-        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key);
-        return Ok(Protocol::WebSocket { version, accept });
+        Requested::Spdy => Ok(Protocol::Spdy),
     }
-    if upgrade == "spdy/3.1" {
-        if values(headers, "x-stream-protocol-version").any(|v| v == SPDY_PROTOCOL) {
-            return Ok(Protocol::Spdy);
-        }
-        return Err(ApiError::BadRequest(format!(
-            "unable to upgrade: no stream protocol in common (served {SPDY_PROTOCOL})"
-        )));
-    }
-    Err(ApiError::BadRequest("Upgrade request required".into()))
 }
 
 /// Which session a request asks for: a new command, or the container's own process.

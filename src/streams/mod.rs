@@ -36,6 +36,7 @@ pub(crate) mod relay;
 pub(crate) mod route;
 pub(crate) mod spdy;
 pub(crate) mod tunnel;
+pub(crate) mod upgrade;
 pub(crate) mod websocket;
 
 use std::sync::{Arc, OnceLock};

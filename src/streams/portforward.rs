@@ -48,6 +48,7 @@ use super::spdy::{
     control, data, FrameReader, HeaderDeflater, HeaderInflater, SpdyFrame, FLAG_FIN, GOAWAY,
     HEADERS, PING, RST_STREAM, SYN_REPLY, SYN_STREAM,
 };
+use super::upgrade::{self, Requested};
 use super::{channel_body, find_pod, placement, relay, relayed, POD_UID_HEADER};
 use crate::api::status::ApiError;
 use crate::api::{response, ApiBody, ApiContext, UserInfo};
@@ -73,56 +74,22 @@ pub enum Protocol {
     Spdy,
 }
 
-fn values<'a>(headers: &'a HeaderMap, name: &str) -> impl Iterator<Item = &'a str> {
-    headers
-        .get_all(name)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-}
-
 /// The protocol of a port-forward request, or why none fits.
 pub fn negotiate(headers: &HeaderMap) -> Result<Protocol, ApiError> {
-    let upgrade = headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    if upgrade == "websocket" {
-        let key = headers
-            .get("sec-websocket-key")
-            .map(|k| k.as_bytes())
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| {
-                ApiError::BadRequest("malformed WebSocket upgrade: no Sec-WebSocket-Key".into())
-            })?;
-        if headers.get("sec-websocket-version").map(|v| v.as_bytes()) != Some(b"13") {
-            return Err(ApiError::BadRequest(
-                "malformed WebSocket upgrade: Sec-WebSocket-Version must be 13".into(),
-            ));
+    match upgrade::requested(headers, SPDY_PROTOCOL)? {
+        Requested::WebSocket { offered, accept } => {
+            if !offered
+                .iter()
+                .any(|p| p.eq_ignore_ascii_case(WEBSOCKET_PROTOCOL))
+            {
+                return Err(ApiError::BadRequest(format!(
+                    "no WebSocket subprotocol in common: offered {offered:?}, served {WEBSOCKET_PROTOCOL:?}"
+                )));
+            }
+            Ok(Protocol::WebSocket(accept))
         }
-        let offered: Vec<&str> = values(headers, "sec-websocket-protocol").collect();
-        if !offered
-            .iter()
-            .any(|p| p.eq_ignore_ascii_case(WEBSOCKET_PROTOCOL))
-        {
-            return Err(ApiError::BadRequest(format!(
-                "no WebSocket subprotocol in common: offered {offered:?}, served {WEBSOCKET_PROTOCOL:?}"
-            )));
-        }
-        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key);
-        return Ok(Protocol::WebSocket(accept));
+        Requested::Spdy => Ok(Protocol::Spdy),
     }
-    if upgrade == "spdy/3.1" {
-        if values(headers, "x-stream-protocol-version").any(|v| v == SPDY_PROTOCOL) {
-            return Ok(Protocol::Spdy);
-        }
-        return Err(ApiError::BadRequest(format!(
-            "unable to upgrade: no stream protocol in common (served {SPDY_PROTOCOL})"
-        )));
-    }
-    Err(ApiError::BadRequest("Upgrade request required".into()))
 }
 
 /// What a forwarded connection becomes: given the port and the bytes kubectl sends, the
