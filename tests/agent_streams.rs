@@ -578,6 +578,32 @@ fn logs_and_exec_through_another_server() {
             !out.status.success() && err.contains("cannot create resource \"pods/exec\""),
             "{k}: {err}"
         );
+
+        // cp both ways: tar in the container, through exec's stdin and stdout.
+        let dir = tempfile::tempdir().expect("a scratch directory");
+        let local = dir.path().join("up.bin");
+        let back = dir.path().join("down.bin");
+        let data: Vec<u8> = (0..(1u32 << 20))
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        std::fs::write(&local, &data).expect("the file to copy");
+        let remote = format!("fixed:/tmp/cp-{}", k.rsplit('.').next().unwrap_or("k"));
+        let out = kubectl(k, kc, &["cp", &local.to_string_lossy(), &remote]);
+        assert!(
+            out.status.success(),
+            "{k}: cp to the pod: {}",
+            explain(&out)
+        );
+        let out = kubectl(k, kc, &["cp", &remote, &back.to_string_lossy()]);
+        assert!(
+            out.status.success(),
+            "{k}: cp from the pod: {}",
+            explain(&out)
+        );
+        assert!(
+            std::fs::read(&back).ok().as_deref() == Some(&data[..]),
+            "{k}: the file came back changed"
+        );
     }
 
     // exec -it under a terminal (`script` gives kubectl one): the size kubectl starts with

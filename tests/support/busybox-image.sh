@@ -38,7 +38,7 @@ chmod 1777 "$root/tmp"
 cp "$busybox" "$root/bin/busybox"
 chmod 755 "$root/bin/busybox"
 for applet in sh sleep httpd nc wget nslookup cat echo ls env id true false hostname ps kill \
-    mkdir rm touch test timeout ip ping; do
+    mkdir rm touch test timeout ip ping tar; do
     ln -s busybox "$root/bin/$applet"
 done
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$root/etc/passwd"

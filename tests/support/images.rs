@@ -33,10 +33,12 @@ pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 pub const OCI_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 
-/// The applets linked to busybox in the test image.
+/// The applets linked to busybox in the test image (`tar` for `kubectl cp`, which runs it
+/// directly; inside `sh -c` every applet works without a link).
 pub const BUSYBOX_APPLETS: &[&str] = &[
     "sh", "sleep", "httpd", "nc", "wget", "nslookup", "cat", "echo", "ls", "env", "id", "true",
     "false", "hostname", "ps", "kill", "mkdir", "rm", "touch", "test", "timeout", "ip", "ping",
+    "tar",
 ];
 
 /// `sha256:<hex>` of `bytes`.
