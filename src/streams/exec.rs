@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderMap, Method, Request, Response};
 use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 
@@ -169,32 +169,16 @@ pub async fn serve<B: Send + 'static>(
             }
         }
     });
-    let mut resp = Response::new(response::body(Bytes::new()));
-    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let headers = resp.headers_mut();
-    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    match protocol {
-        Protocol::WebSocket { version, accept } => {
-            headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-            if let Ok(v) = HeaderValue::from_str(&accept) {
-                headers.insert("sec-websocket-accept", v);
-            }
-            headers.insert("sec-websocket-protocol", HeaderValue::from_static(version));
-        }
-        Protocol::Spdy => {
-            headers.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
-            headers.insert(
-                "x-stream-protocol-version",
-                HeaderValue::from_static(SPDY_PROTOCOL),
-            );
-        }
-    }
-    Ok(resp)
+    Ok(match protocol {
+        Protocol::WebSocket { version, accept } => upgrade::websocket_accepted(&accept, version),
+        Protocol::Spdy => upgrade::spdy_accepted(SPDY_PROTOCOL),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

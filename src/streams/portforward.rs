@@ -32,7 +32,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
-use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderMap, Method, Request, Response};
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -51,7 +51,7 @@ use super::spdy::{
 use super::upgrade::{self, Requested};
 use super::{channel_body, find_pod, placement, relay, relayed, POD_UID_HEADER};
 use crate::api::status::ApiError;
-use crate::api::{response, ApiBody, ApiContext, UserInfo};
+use crate::api::{ApiBody, ApiContext, UserInfo};
 
 /// The port-forward protocol over plain SPDY.
 pub const SPDY_PROTOCOL: &str = "portforward.k8s.io";
@@ -169,30 +169,10 @@ pub async fn serve<B: Send + 'static>(
             Protocol::WebSocket(_) => over_websocket(io, dial).await,
         }
     });
-    let mut resp = Response::new(response::body(Bytes::new()));
-    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let headers = resp.headers_mut();
-    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    match protocol {
-        Protocol::WebSocket(accept) => {
-            headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-            if let Ok(v) = HeaderValue::from_str(&accept) {
-                headers.insert("sec-websocket-accept", v);
-            }
-            headers.insert(
-                "sec-websocket-protocol",
-                HeaderValue::from_static(WEBSOCKET_PROTOCOL),
-            );
-        }
-        Protocol::Spdy => {
-            headers.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
-            headers.insert(
-                "x-stream-protocol-version",
-                HeaderValue::from_static(SPDY_PROTOCOL),
-            );
-        }
-    }
-    Ok(resp)
+    Ok(match protocol {
+        Protocol::WebSocket(accept) => upgrade::websocket_accepted(&accept, WEBSOCKET_PROTOCOL),
+        Protocol::Spdy => upgrade::spdy_accepted(SPDY_PROTOCOL),
+    })
 }
 
 /// Runs the SPDY session on the byte stream a WebSocket's binary messages carry.
@@ -491,6 +471,7 @@ async fn forward(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -1,11 +1,14 @@
 //! The upgrade a streaming request (exec, attach, port-forward) asks for, read from its
 //! headers the same way for each: a WebSocket handshake (key present, version 13) with the
 //! subprotocols kubectl offers, or SPDY/3.1 with the stream protocol the caller serves.
-//! Which WebSocket subprotocol fits is the caller's choice.
+//! Which WebSocket subprotocol fits is the caller's choice. Also the `101` answers accepting
+//! either.
 
-use http::{header, HeaderMap};
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::api::status::ApiError;
+use crate::api::{response, ApiBody};
 
 /// What the client asked to be upgraded to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,4 +70,38 @@ pub fn requested<'a>(
         )));
     }
     Err(ApiError::BadRequest("Upgrade request required".into()))
+}
+
+/// The `101 Switching Protocols` answer accepting a WebSocket handshake with `accept` (the
+/// accept key) and `subprotocol`.
+pub fn websocket_accepted(accept: &str, subprotocol: &'static str) -> Response<ApiBody> {
+    let mut resp = switching("websocket");
+    let headers = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(accept) {
+        headers.insert("sec-websocket-accept", v);
+    }
+    headers.insert(
+        "sec-websocket-protocol",
+        HeaderValue::from_static(subprotocol),
+    );
+    resp
+}
+
+/// The `101 Switching Protocols` answer accepting SPDY/3.1 with `stream_protocol`.
+pub fn spdy_accepted(stream_protocol: &'static str) -> Response<ApiBody> {
+    let mut resp = switching("SPDY/3.1");
+    resp.headers_mut().insert(
+        "x-stream-protocol-version",
+        HeaderValue::from_static(stream_protocol),
+    );
+    resp
+}
+
+fn switching(upgrade: &'static str) -> Response<ApiBody> {
+    let mut resp = Response::new(response::body(Bytes::new()));
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let headers = resp.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    headers.insert(header::UPGRADE, HeaderValue::from_static(upgrade));
+    resp
 }
