@@ -16,6 +16,7 @@
 //! - `prepared_object`: an object encoded and indexed ahead of the store (off the Raft thread).
 
 pub mod checkpoint;
+pub mod derived;
 pub(crate) mod drop_later;
 pub(crate) mod json_writer;
 pub(crate) mod labels;

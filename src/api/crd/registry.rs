@@ -11,24 +11,18 @@
 //! asks.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
 use serde_json::Value;
-use tokio::sync::broadcast::{self, error::TryRecvError};
 use tokio_util::sync::CancellationToken;
 
 use super::kind::CustomKind;
 use super::CRDS;
+use crate::kube::derived::{Derived, FromStore};
 use crate::kube::object::StoredObject;
 use crate::kube::resources::{ResourceInfo, RESOURCES};
 use crate::kube::store::Store;
-use crate::kube::watch::{EventKind, WatchEvent};
-
-/// How often [`CustomKinds::follow`] drains the watch at most.
-const FOLLOW_EVERY: Duration = Duration::from_millis(100);
+use crate::kube::watch::EventKind;
 
 /// The served kinds, by store key (`group/plural`) and by definition name.
 #[derive(Default)]
@@ -78,20 +72,21 @@ pub fn established(crd: &Value) -> bool {
 
 /// The registry of custom kinds, kept up to date from the store.
 pub struct CustomKinds {
-    store: Arc<Store>,
-    kinds: RwLock<Kinds>,
-    events: Mutex<Option<broadcast::Receiver<Arc<WatchEvent>>>>,
-    /// The resourceVersion the registry reflects (`u64::MAX` before the first build).
-    seen: AtomicU64,
+    kinds: Derived<Kinds>,
+}
+
+impl FromStore for Kinds {
+    const RESOURCES: &'static [&'static str] = &[CRDS];
+
+    fn apply(&mut self, kind: EventKind, object: &StoredObject) {
+        Kinds::apply(self, kind, object);
+    }
 }
 
 impl CustomKinds {
     pub fn new(store: Arc<Store>) -> CustomKinds {
         CustomKinds {
-            store,
-            kinds: RwLock::new(Kinds::default()),
-            events: Mutex::new(None),
-            seen: AtomicU64::new(u64::MAX),
+            kinds: Derived::new(store),
         }
     }
 
@@ -103,8 +98,7 @@ impl CustomKinds {
 
     /// The custom kind whose objects the store keeps under `store_key`.
     pub fn by_key(&self, store_key: &str) -> Option<Arc<CustomKind>> {
-        self.catch_up();
-        self.kinds.read().by_key.get(store_key).cloned()
+        self.kinds.fresh().by_key.get(store_key).cloned()
     }
 
     /// The custom kind `info` is a version of (`None` for built-in kinds).
@@ -121,8 +115,7 @@ impl CustomKinds {
 
     /// Every served version of every custom kind, for discovery.
     pub fn served(&self) -> Vec<&'static ResourceInfo> {
-        self.catch_up();
-        let kinds = self.kinds.read();
+        let kinds = self.kinds.fresh();
         let mut out: Vec<&'static ResourceInfo> = kinds
             .by_key
             .values()
@@ -132,58 +125,9 @@ impl CustomKinds {
         out
     }
 
-    /// Takes the events the store has sent since the last call.
-    pub fn catch_up(&self) {
-        let now = self.store.resource_version();
-        if self.seen.load(Ordering::Acquire) == now {
-            return;
-        }
-        let mut events = self.events.lock();
-        loop {
-            let Some(rx) = events.as_mut() else {
-                self.rebuild(&mut events);
-                continue;
-            };
-            match rx.try_recv() {
-                Ok(event) => {
-                    if event.object.key.resource == CRDS {
-                        self.kinds.write().apply(event.kind, &event.object);
-                    }
-                    self.seen.store(event.resource_version(), Ordering::Release);
-                }
-                Err(TryRecvError::Empty) => return,
-                Err(TryRecvError::Lagged(_)) | Err(TryRecvError::Closed) => *events = None,
-            }
-        }
-    }
-
-    fn rebuild(&self, events: &mut Option<broadcast::Receiver<Arc<WatchEvent>>>) {
-        let (snapshot, rx) = self.store.snapshot_and_subscribe();
-        let mut kinds = Kinds::default();
-        for object in snapshot.range(CRDS, None, None) {
-            kinds.apply(EventKind::Added, object);
-        }
-        *self.kinds.write() = kinds;
-        self.seen
-            .store(snapshot.resource_version, Ordering::Release);
-        *events = Some(rx);
-    }
-
     /// Keeps the registry following the store while nothing asks, until `stop`.
     pub async fn follow(self: Arc<Self>, stop: CancellationToken) {
-        let mut applied = self.store.applied_versions();
-        self.catch_up();
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                changed = applied.changed() => if changed.is_err() { return },
-            }
-            self.catch_up();
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(FOLLOW_EVERY) => {}
-            }
-        }
+        self.kinds.follow(stop).await;
     }
 }
 

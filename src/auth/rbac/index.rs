@@ -10,18 +10,15 @@
 //! behind, or a store restored from a snapshot, rebuilds the index from a snapshot.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use serde::Deserialize;
-use tokio::sync::broadcast::{self, error::TryRecvError};
 
 use super::rule::PolicyRule;
 use crate::auth::user::service_account_user;
+use crate::kube::derived::{Derived, FromStore};
 use crate::kube::object::StoredObject;
-use crate::kube::store::Store;
-use crate::kube::watch::{EventKind, WatchEvent};
+use crate::kube::watch::EventKind;
 
 /// The store keys of the four RBAC kinds.
 pub const ROLES: &str = "rbac.authorization.k8s.io/roles";
@@ -233,13 +230,6 @@ impl Index {
     }
 }
 
-fn is_rbac(resource: &str) -> bool {
-    matches!(
-        resource,
-        ROLES | CLUSTER_ROLES | ROLE_BINDINGS | CLUSTER_ROLE_BINDINGS
-    )
-}
-
 /// A role's rules; an object that does not read as a role grants nothing.
 fn rules_of(object: &StoredObject) -> Rules {
     #[derive(Deserialize)]
@@ -304,78 +294,14 @@ fn binding_of(object: &StoredObject) -> Option<Binding> {
 }
 
 /// The index, kept up to date from the store.
-pub struct RbacCache {
-    store: Arc<Store>,
-    index: RwLock<Index>,
-    /// The store's watch from where the index stands; `None` until the first use.
-    events: Mutex<Option<broadcast::Receiver<Arc<WatchEvent>>>>,
-    /// The resourceVersion the index reflects (`u64::MAX` before the first build). A store
-    /// restored from a snapshot closes the watch, which builds the index again.
-    seen: AtomicU64,
-}
+pub type RbacCache = Derived<Index>;
 
-impl RbacCache {
-    pub fn new(store: Arc<Store>) -> RbacCache {
-        RbacCache {
-            store,
-            index: RwLock::new(Index::default()),
-            events: Mutex::new(None),
-            seen: AtomicU64::new(u64::MAX),
-        }
-    }
+impl FromStore for Index {
+    const RESOURCES: &'static [&'static str] =
+        &[CLUSTER_ROLES, ROLES, CLUSTER_ROLE_BINDINGS, ROLE_BINDINGS];
 
-    pub fn store(&self) -> &Arc<Store> {
-        &self.store
-    }
-
-    /// The index, holding every RBAC write the store has applied.
-    pub fn fresh(&self) -> RwLockReadGuard<'_, Index> {
-        self.catch_up();
-        self.index.read()
-    }
-
-    /// Takes the events the store has sent since the last call.
-    pub fn catch_up(&self) {
-        let now = self.store.resource_version();
-        if self.seen.load(Ordering::Acquire) == now {
-            return;
-        }
-        let mut events = self.events.lock();
-        loop {
-            let Some(rx) = events.as_mut() else {
-                self.rebuild(&mut events);
-                continue;
-            };
-            match rx.try_recv() {
-                Ok(event) => {
-                    if is_rbac(&event.object.key.resource) {
-                        self.index.write().apply(event.kind, &event.object);
-                    }
-                    // Events come in resourceVersion order.
-                    self.seen.store(event.resource_version(), Ordering::Release);
-                }
-                // Every event up to `now` was sent before `now` was readable.
-                Err(TryRecvError::Empty) => return,
-                Err(TryRecvError::Lagged(_)) | Err(TryRecvError::Closed) => {
-                    *events = None;
-                }
-            }
-        }
-    }
-
-    /// Builds the index again from a snapshot and follows the store's watch from there.
-    fn rebuild(&self, events: &mut Option<broadcast::Receiver<Arc<WatchEvent>>>) {
-        let (snapshot, rx) = self.store.snapshot_and_subscribe();
-        let mut index = Index::default();
-        for resource in [CLUSTER_ROLES, ROLES, CLUSTER_ROLE_BINDINGS, ROLE_BINDINGS] {
-            for object in snapshot.range(resource, None, None) {
-                index.apply(EventKind::Added, object);
-            }
-        }
-        *self.index.write() = index;
-        self.seen
-            .store(snapshot.resource_version, Ordering::Release);
-        *events = Some(rx);
+    fn apply(&mut self, kind: EventKind, object: &StoredObject) {
+        Index::apply(self, kind, object);
     }
 }
 
@@ -384,7 +310,7 @@ mod tests {
     use super::*;
     use crate::kube::mutation::Mutation;
     use crate::kube::object::ObjectKey;
-    use crate::kube::store::StoreConfig;
+    use crate::kube::store::{Store, StoreConfig};
     use serde_json::json;
 
     fn create(store: &Store, resource: &str, ns: &str, name: &str, body: serde_json::Value) {

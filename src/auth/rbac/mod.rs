@@ -13,7 +13,6 @@ pub mod index;
 pub mod rule;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -22,9 +21,6 @@ use self::rule::PolicyRule;
 use super::attributes::RequestInfo;
 use super::user::UserInfo;
 use crate::kube::store::Store;
-
-/// How often, at most, the index takes the store's events when no request asks it to.
-const FOLLOW_EVERY: Duration = Duration::from_millis(100);
 
 /// What the authorizer decided, with kube-apiserver's reason text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,19 +120,7 @@ impl Authorizer {
     /// Keeps the index following the store while nothing asks (so the watch it holds never
     /// falls far behind), until `stop`.
     pub async fn follow(self: Arc<Self>, stop: CancellationToken) {
-        let mut applied = self.cache.store().applied_versions();
-        self.cache.catch_up();
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                changed = applied.changed() => if changed.is_err() { return },
-            }
-            self.cache.catch_up();
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(FOLLOW_EVERY) => {}
-            }
-        }
+        self.cache.follow(stop).await;
     }
 }
 
