@@ -5,6 +5,7 @@
 //! label combinations are bounded (verbs × resources × scopes × codes), and when the table
 //! is full an observation is counted as dropped instead of growing anything.
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// kube-apiserver's buckets of `apiserver_request_duration_seconds`, in seconds (also the
@@ -146,6 +147,30 @@ impl Histogram {
         let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
         (cumulative, count, sum)
     }
+}
+
+/// The `_bucket`, `_sum` and `_count` lines of one histogram series (`labels` without braces,
+/// empty for none), as [`Histogram::read`] returns them.
+pub fn write_histogram(
+    out: &mut String,
+    name: &str,
+    labels: &str,
+    bounds: &[f64],
+    (buckets, count, sum): (Vec<u64>, u64, f64),
+) {
+    let sep = if labels.is_empty() { "" } else { "," };
+    for (bound, n) in bounds.iter().zip(buckets) {
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {n}");
+    }
+    let braces = if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
+    };
+    let _ = writeln!(
+        out,
+        "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}\n{name}_sum{braces} {sum}\n{name}_count{braces} {count}"
+    );
 }
 
 #[cfg(test)]

@@ -982,6 +982,31 @@ fn proxies(kc: &Path) {
                 .any(|p| p["podRef"]["name"] == "web" && p["containers"][0]["name"] == "c"),
             "{summary:#}"
         );
+        // The agent's metrics, with kubelet's names: the running pod and its container, the
+        // pod worker's syncs and the runtime's starts are counted.
+        let out = kubectl(k, kc, &["get", "--raw", "/api/v1/nodes/n1/proxy/metrics"]);
+        let metrics = text(&out);
+        let value = |series: &str| -> f64 {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{k}: no {series} in: {}", explain(&out)))
+        };
+        assert_eq!(value("kubelet_node_name{node=\"n1\"}"), 1.0);
+        assert!(value("kubelet_running_pods") >= 1.0, "{metrics}");
+        assert!(
+            value("kubelet_running_containers{container_state=\"running\"}") >= 1.0,
+            "{metrics}"
+        );
+        assert!(
+            value("kubelet_pod_worker_duration_seconds_count{operation_type=\"sync\"}") >= 1.0,
+            "{metrics}"
+        );
+        assert!(
+            value("kubelet_runtime_operations_total{operation_type=\"start_container\"}") >= 1.0,
+            "{metrics}"
+        );
         let out = kubectl(
             k,
             kc,

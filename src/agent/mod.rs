@@ -28,6 +28,7 @@ pub mod api;
 pub mod dns;
 pub mod images;
 pub mod join;
+pub mod metrics;
 pub mod netpol;
 pub(crate) mod node;
 pub mod pods;

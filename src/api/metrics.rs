@@ -25,7 +25,7 @@ use super::request::Target;
 use super::{response, ApiBody};
 use crate::kube::resources::{ResourceInfo, RESOURCES};
 use crate::kube::store::Store;
-use crate::metrics::{Counter, Gauge, Histogram, Table};
+use crate::metrics::{write_histogram, Counter, Gauge, Histogram, Table};
 
 /// kube-apiserver's request verbs, as its metrics spell them.
 const VERBS: [&str; 10] = [
@@ -274,29 +274,6 @@ impl ApiMetrics {
         }
         out
     }
-}
-
-/// The `_bucket`, `_sum` and `_count` lines of one histogram series.
-fn write_histogram(
-    out: &mut String,
-    name: &str,
-    labels: &str,
-    bounds: &[f64],
-    (buckets, count, sum): (Vec<u64>, u64, f64),
-) {
-    let sep = if labels.is_empty() { "" } else { "," };
-    for (bound, n) in bounds.iter().zip(buckets) {
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {n}");
-    }
-    let braces = if labels.is_empty() {
-        String::new()
-    } else {
-        format!("{{{labels}}}")
-    };
-    let _ = writeln!(
-        out,
-        "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}\n{name}_sum{braces} {sum}\n{name}_count{braces} {count}"
-    );
 }
 
 /// `apiserver_storage_objects`: objects stored per resource, counted at scrape time from a

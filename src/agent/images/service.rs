@@ -173,14 +173,17 @@ impl Images {
         keyring: &Keyring,
     ) -> Result<ImageRecord, PullError> {
         let _shared = self.content.read().await;
-        pull::pull(
+        let started = std::time::Instant::now();
+        let pulled = pull::pull(
             &self.client,
             &self.store,
             &self.platform,
             reference,
             keyring,
         )
-        .await
+        .await;
+        crate::agent::metrics::METRICS.image_pulled(started.elapsed(), pulled.is_ok());
+        pulled
     }
 
     /// The root filesystem of a container of `image` in `dir` (see [`super::rootfs`]); notes

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::informer::Shared;
 use super::model::Snapshot;
 use super::ruleset::{self, Stats};
+use crate::agent::metrics::METRICS;
 use crate::agent::proxy::{ToolError, Tools};
 
 /// How the loop runs.
@@ -115,9 +116,11 @@ impl Syncer {
             }
             last = Some(Instant::now());
             let snapshot = shared.snapshot.lock().clone();
-            match self.sync(&snapshot, force).await {
+            let synced = self.sync(&snapshot, force).await;
+            match &synced {
                 Ok(report) => {
                     if let Some(apply) = report.apply {
+                        METRICS.netpol_synced(report.generate + apply, true);
                         tracing::debug!(
                             component = "netpol",
                             "synced {} policies ({} rules, {} set elements) in {:?} + {:?}",
@@ -130,6 +133,7 @@ impl Syncer {
                     }
                 }
                 Err(e) => {
+                    METRICS.netpol_synced(Duration::ZERO, false);
                     self.warn_once(format!("applying the network policy rules: {e}"));
                     force = true;
                     continue;

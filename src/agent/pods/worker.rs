@@ -36,6 +36,7 @@ use super::pod::Pod;
 use super::status::{Phase, Waiting};
 use super::volumes::PodVolumes;
 use super::PodCounts;
+use crate::agent::metrics::METRICS;
 use crate::agent::runtime::ContainerStatus;
 use crate::agent::sandbox::Sandbox;
 
@@ -219,7 +220,12 @@ impl Worker {
                         biased;
                         _ = stop.cancelled() => return,
                         _ = must_stop(updates.clone()) => None,
-                        next = self.sync_pass() => Some(next),
+                        next = async {
+                            let started = std::time::Instant::now();
+                            let next = self.sync_pass().await;
+                            METRICS.pod_synced(started.elapsed());
+                            next
+                        } => Some(next),
                     };
                     let Some((next, phase)) = pass else {
                         // The pass was cut short: the pod is deleted or gone.

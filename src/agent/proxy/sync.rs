@@ -22,6 +22,7 @@ use super::model::{Cidr, Snapshot};
 use super::routes;
 use super::ruleset::{self, DnsRedirect, Ruleset, RulesetConfig};
 use super::tools::{ToolError, Tools};
+use crate::agent::metrics::METRICS;
 
 /// How the loop runs.
 #[derive(Debug, Clone)]
@@ -185,7 +186,10 @@ impl Syncer {
             for warning in warnings {
                 self.warn_once(warning);
             }
-            match self.sync(&snapshot).await {
+            let started = Instant::now();
+            let synced = self.sync(&snapshot).await;
+            METRICS.proxy_synced(started.elapsed(), synced.is_ok());
+            match synced {
                 Ok(report) => tracing::debug!(
                     component = "proxy",
                     "synced {} service ports, {} endpoints in {:?} + {:?}",

@@ -42,6 +42,8 @@ use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
+use crate::agent::metrics::{RuntimeOp, METRICS};
+
 pub use container::{ContainerState, ContainerStatus, START_ERROR_EXIT_CODE};
 pub use detect::{RuntimeInfo, RuntimeKind};
 pub use error::RuntimeError;
@@ -182,6 +184,17 @@ impl Runtime {
         cfg: &ContainerConfig,
         sandbox: &PodSandbox,
     ) -> Result<String, RuntimeError> {
+        counted(
+            RuntimeOp::CreateContainer,
+            self.create_container(cfg, sandbox).await,
+        )
+    }
+
+    async fn create_container(
+        &self,
+        cfg: &ContainerConfig,
+        sandbox: &PodSandbox,
+    ) -> Result<String, RuntimeError> {
         path_component("pod uid", &cfg.pod.uid)?;
         path_component("pod namespace", &cfg.pod.namespace)?;
         path_component("pod name", &cfg.pod.name)?;
@@ -314,6 +327,10 @@ impl Runtime {
 
     /// Starts a created container's process.
     pub async fn start(&self, id: &str) -> Result<(), RuntimeError> {
+        counted(RuntimeOp::StartContainer, self.start_container(id).await)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         let mut record = self.record(id)?;
         // Taken before the call: a process that exits at once must not look as if it
         // finished before it started.
@@ -388,6 +405,17 @@ impl Runtime {
     /// Stops a container: SIGTERM, then SIGKILL if it still runs after `grace` (a container
     /// never started is killed at once). Returns its final state.
     pub async fn stop(&self, id: &str, grace: Duration) -> Result<ContainerStatus, RuntimeError> {
+        counted(
+            RuntimeOp::StopContainer,
+            self.stop_container(id, grace).await,
+        )
+    }
+
+    async fn stop_container(
+        &self,
+        id: &str,
+        grace: Duration,
+    ) -> Result<ContainerStatus, RuntimeError> {
         let s = self.status(id)?;
         let first = match s.state {
             ContainerState::Exited | ContainerState::Unknown => return Ok(s),
@@ -412,6 +440,10 @@ impl Runtime {
     /// record. Its log file stays (for `logs --previous`) until
     /// [`Runtime::remove_pod_logs`].
     pub async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+        counted(RuntimeOp::RemoveContainer, self.remove_container(id).await)
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
         let s = self.status(id)?;
         if matches!(s.state, ContainerState::Running | ContainerState::Created) {
             return Err(RuntimeError::StillRunning(id.to_string()));
@@ -538,4 +570,10 @@ fn new_id() -> String {
         uuid::Uuid::new_v4().simple(),
         uuid::Uuid::new_v4().simple()
     )
+}
+
+/// `result`, counted in the agent's metrics as one `op`.
+fn counted<T>(op: RuntimeOp, result: Result<T, RuntimeError>) -> Result<T, RuntimeError> {
+    METRICS.runtime_op(op, result.is_ok());
+    result
 }

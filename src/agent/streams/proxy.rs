@@ -149,6 +149,20 @@ pub fn node(deps: &StreamsDeps, rest: &str) -> Response<ApiBody> {
     let path = rest.split('?').next().unwrap_or("");
     match path {
         "/healthz" => text(StatusCode::OK, "ok"),
+        "/metrics" => {
+            let scraped = crate::agent::metrics::Scraped {
+                node_name: &deps.node_name,
+                runtime: &deps.runtime,
+                sandboxes: &deps.sandboxes,
+            };
+            let body = crate::agent::metrics::render(&crate::agent::metrics::METRICS, &scraped);
+            let mut resp = text(StatusCode::OK, &body);
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            resp
+        }
         "/stats/summary" => {
             let summary = super::stats::summary(deps);
             let mut resp = text(StatusCode::OK, &summary.to_string());
