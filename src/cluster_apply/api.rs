@@ -47,15 +47,19 @@ impl Admin {
         })
     }
 
-    /// A kubeconfig for this machine: context `litek8s` on the first server, and one context
-    /// per server (`litek8s-NAME`) to use another when it is down.
-    pub fn kubeconfig(&self, servers: &[(String, String)]) -> String {
+    /// A kubeconfig for this machine: context `litek8s` through the load balancer at `lb`
+    /// (every server's certificate names 127.0.0.1 and the listen address) or else on the
+    /// first server, and one context per server (`litek8s-NAME`) to reach each directly.
+    pub fn kubeconfig(&self, servers: &[(String, String)], lb: Option<&str>) -> String {
         let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
         let mut clusters = Vec::new();
         let mut contexts = Vec::new();
-        let named = servers
-            .first()
-            .map(|(_, url)| ("litek8s".to_string(), url.clone()));
+        let named = match lb {
+            Some(lb) => Some(("litek8s".to_string(), format!("https://{lb}"))),
+            None => servers
+                .first()
+                .map(|(_, url)| ("litek8s".to_string(), url.clone())),
+        };
         for (name, url) in named.into_iter().chain(
             servers
                 .iter()
@@ -253,10 +257,11 @@ mod tests {
                 token: "tok".into()
             }
         );
-        let text = admin.kubeconfig(&[
-            ("lk1".into(), "https://10.0.0.1:6443".into()),
-            ("lk2".into(), "https://10.0.0.2:6443".into()),
-        ]);
+        let servers = [
+            ("lk1".to_string(), "https://10.0.0.1:6443".to_string()),
+            ("lk2".to_string(), "https://10.0.0.2:6443".to_string()),
+        ];
+        let text = admin.kubeconfig(&servers, None);
         let doc: Value = serde_yaml::from_str(&text).expect("yaml");
         assert_eq!(doc["current-context"], "litek8s");
         assert_eq!(
@@ -267,6 +272,22 @@ mod tests {
         assert_eq!(
             doc["clusters"][2]["cluster"]["server"],
             "https://10.0.0.2:6443"
+        );
+        assert_eq!(Admin::from_kubeconfig(&text).expect("again"), admin);
+
+        // Through the balancer: the current context is the balancer, each server still has
+        // its own.
+        let text = admin.kubeconfig(&servers, Some("127.0.0.1:7443"));
+        let doc: Value = serde_yaml::from_str(&text).expect("yaml");
+        assert_eq!(doc["current-context"], "litek8s");
+        assert_eq!(
+            doc["clusters"][0]["cluster"]["server"],
+            "https://127.0.0.1:7443"
+        );
+        assert_eq!(doc["clusters"][1]["name"], "litek8s-lk1");
+        assert_eq!(
+            doc["clusters"][1]["cluster"]["server"],
+            "https://10.0.0.1:6443"
         );
         assert_eq!(Admin::from_kubeconfig(&text).expect("again"), admin);
     }

@@ -13,7 +13,13 @@
 //!     taints: ["dedicated=control:NoSchedule"]
 //! agents:
 //!   - ssh: admin@10.0.0.4                   # a user other than root needs sudo without a password
+//! kubeconfig: {lb: 127.0.0.1:6443}          # optional: the kubeconfig goes through `litek8s lb`
+//! package: deb                              # optional: the packages instead of a copied binary
+//! packageDir: ./dist                        # optional: their files (else the hosts' repositories)
 //! ```
+//!
+//! `package` may also be given per machine (a cluster of Debian and Fedora hosts), which wins
+//! over the file's.
 //!
 //! Unknown keys are an error naming the key (a typo must not be silently ignored); so are
 //! zero servers, a host listed twice and values that would not survive a settings file. An
@@ -25,6 +31,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+use super::packages::PackageFormat;
 
 pub const API_VERSION: &str = "litek8s.dev/v1";
 pub const KIND: &str = "Cluster";
@@ -57,6 +65,26 @@ pub struct ClusterFile {
     pub servers: Vec<Machine>,
     #[serde(default)]
     pub agents: Vec<Machine>,
+    #[serde(default)]
+    pub kubeconfig: KubeconfigSettings,
+    /// Hosts get the litek8s packages of this format instead of a copy of the running binary
+    /// ([`super::packages`]).
+    #[serde(default)]
+    pub package: Option<PackageFormat>,
+    /// Where the package files are; without it, hosts install from their repositories.
+    #[serde(default)]
+    pub package_dir: Option<PathBuf>,
+}
+
+/// The kubeconfig written for the machine running apply.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubeconfigSettings {
+    /// Where `litek8s lb` listens on this machine (`ADDR:PORT`). When set, the kubeconfig's
+    /// current context goes through it (so kubectl keeps working whichever server is down)
+    /// and apply writes the balancer's configuration file next to the cluster file; without
+    /// it the current context names the first server.
+    pub lb: Option<std::net::SocketAddr>,
 }
 
 /// How every host is reached (on top of the user's own ssh configuration).
@@ -94,6 +122,9 @@ pub struct Machine {
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub taints: Vec<String>,
+    /// This machine's package format, over the file's `package`.
+    #[serde(default)]
+    pub package: Option<PackageFormat>,
 }
 
 impl Machine {
@@ -109,6 +140,11 @@ impl Machine {
             Some(ip) => ip.to_string(),
             None => self.host().to_string(),
         }
+    }
+
+    /// How this machine gets litek8s: packages of this format, or (None) a copied binary.
+    pub fn package(&self, file: &ClusterFile) -> Option<PackageFormat> {
+        self.package.or(file.package)
     }
 
     /// The flags of this machine's agent: the cluster's, then its labels and taints.
@@ -142,10 +178,14 @@ impl ClusterFile {
     }
 
     pub fn parse(path: &Path, text: &str) -> Result<Checked, FileError> {
-        let file: ClusterFile = serde_yaml::from_str(text).map_err(|e| FileError::Parse {
+        let mut file: ClusterFile = serde_yaml::from_str(text).map_err(|e| FileError::Parse {
             path: path.to_path_buf(),
             message: e.to_string().replace('\n', " "),
         })?;
+        // A relative packageDir is the file's neighbour, wherever apply runs from.
+        if let Some(dir) = file.package_dir.as_mut().filter(|d| d.is_relative()) {
+            *dir = path.parent().unwrap_or(Path::new("")).join(&*dir);
+        }
         let invalid = |message: String| FileError::Invalid {
             path: path.to_path_buf(),
             message,
@@ -202,6 +242,17 @@ impl ClusterFile {
             }
         }
         let mut warnings = Vec::new();
+        if let Some(dir) = &self.package_dir {
+            if !dir.is_dir() {
+                return Err(format!("packageDir {} is not a directory", dir.display()));
+            }
+            if self.package.is_none() && self.machines().all(|(_, m)| m.package.is_none()) {
+                warnings.push(format!(
+                    "packageDir {} is not used: no machine takes packages (package: deb|rpm)",
+                    dir.display()
+                ));
+            }
+        }
         if self.servers.len() % 2 == 0 {
             warnings.push(format!(
                 "{} servers: an even count tolerates no more failures than {} (a majority of {} is needed)",
@@ -249,10 +300,15 @@ mod tests {
         let c = parse(&format!(
             "{HEAD}ssh: {{identityFile: /k, port: 2222, options: [A=b]}}\nspec: {{agentArgs: --x 1}}\n\
              servers:\n- ssh: root@a\n  nodeIP: 10.0.0.1\n  labels: {{tier: web}}\n  taints: [d=x:NoSchedule]\n- ssh: b\n- ssh: u@c\n\
-             agents:\n- ssh: root@d\n"
+             agents:\n- ssh: root@d\nkubeconfig: {{lb: 127.0.0.1:7443}}\n"
         ))
         .expect("valid");
         assert!(c.warnings.is_empty());
+        assert_eq!(c.file.servers[0].package(&c.file), None);
+        assert_eq!(
+            c.file.kubeconfig.lb,
+            Some("127.0.0.1:7443".parse().expect("addr"))
+        );
         assert_eq!(c.file.servers.len(), 3);
         assert_eq!(c.file.ssh.port, Some(2222));
         assert_eq!(c.file.servers[1].host(), "b");
@@ -278,6 +334,18 @@ mod tests {
             (
                 format!("{HEAD}ssh: {{port: 22, user: x}}\nservers: [{{ssh: a}}]\n"),
                 "unknown field `user`",
+            ),
+            (
+                format!("{HEAD}servers: [{{ssh: a}}]\nkubeconfig: {{lb: localhost}}\n"),
+                "invalid socket address",
+            ),
+            (
+                format!("{HEAD}servers: [{{ssh: a}}]\npackage: zip\n"),
+                "unknown variant `zip`",
+            ),
+            (
+                format!("{HEAD}servers: [{{ssh: a, package: deb}}]\npackageDir: /nonexistent\n"),
+                "not a directory",
             ),
             (format!("{HEAD}agents: [{{ssh: a}}]\n"), "no servers"),
             (format!("{HEAD}servers: []\n"), "no servers"),
@@ -315,6 +383,16 @@ mod tests {
             assert!(err.starts_with("c.yaml: "), "{err}");
             assert!(!err.contains('\n'), "{err}");
         }
+    }
+
+    #[test]
+    fn an_unused_package_dir_is_a_warning() {
+        let c = parse(&format!("{HEAD}servers: [{{ssh: a}}]\npackageDir: /\n")).expect("valid");
+        assert!(
+            c.warnings[0].contains("no machine takes packages"),
+            "{:?}",
+            c.warnings
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! - [`file`]: the cluster file's format and the checks made before touching any host;
 //! - [`probe`]: what a host runs now (read over ssh);
 //! - [`binary`]: whether a host's binary is the one running apply (a cheap fingerprint);
+//! - [`packages`]: hosts that take the litek8s packages instead (`package: deb|rpm`);
 //! - [`record`]: what the previous apply set up, kept beside the file (for removals);
 //! - [`plan`]: pure: file + probes + record -> steps, in the cluster's order;
 //! - [`ssh`]: running commands and copying files through `ssh`/`scp`;
@@ -15,6 +16,7 @@
 pub mod api;
 pub mod binary;
 pub mod file;
+pub mod packages;
 pub mod plan;
 pub mod probe;
 pub mod record;

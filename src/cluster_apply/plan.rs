@@ -21,6 +21,8 @@ pub struct HostState {
     pub hostname: String,
     /// The fingerprint of its `/usr/bin/litek8s` ([`super::binary`]), when there is one.
     pub binary: Option<String>,
+    /// The litek8s packages installed, name → version ([`super::packages`]).
+    pub packages: BTreeMap<String, String>,
     pub server: Option<Unit>,
     pub agent: Option<Unit>,
 }
@@ -261,6 +263,7 @@ mod tests {
         Ok(HostState {
             hostname: name.into(),
             binary: Some("abc".into()),
+            packages: BTreeMap::new(),
             server: Some(unit.clone()),
             agent: Some(Unit {
                 active: true,
@@ -274,6 +277,7 @@ mod tests {
         Ok(HostState {
             hostname: name.into(),
             binary: Some("abc".into()),
+            packages: BTreeMap::new(),
             server: None,
             agent: Some(Unit {
                 active: true,

@@ -9,8 +9,9 @@ use super::plan::{HostState, Unit};
 /// computed as `binary` computes it here.
 pub fn script(binary: &LocalBinary) -> String {
     format!(
-        "echo \"hostname=$(cat /proc/sys/kernel/hostname)\"\n{}\n{UNITS}",
-        binary.probe_line()
+        "echo \"hostname=$(cat /proc/sys/kernel/hostname)\"\n{}\n{UNITS}{}",
+        binary.probe_line(),
+        super::packages::probe_lines()
     )
 }
 
@@ -40,6 +41,11 @@ pub fn parse(output: &str) -> Result<HostState, String> {
             }
             "server.url" | "agent.url" => {
                 unit(&mut state, key).server_url = (!value.is_empty()).then(|| value.to_string());
+            }
+            _ if key.starts_with("package.") && !value.is_empty() => {
+                state
+                    .packages
+                    .insert(key["package.".len()..].to_string(), value.to_string());
             }
             _ => {}
         }
@@ -75,9 +81,10 @@ mod tests {
     fn an_installed_server_with_its_agent() {
         let s = parse(
             "hostname=lk2\nbinary=ab12\nserver.active=active\nserver.url=https://10.0.0.1:6443\n\
-             agent.active=activating\nagent.url=https://127.0.0.1:6443\n",
+             agent.active=activating\nagent.url=https://127.0.0.1:6443\npackage.litek8s=1.2-1\n",
         )
         .expect("parsed");
+        assert_eq!(s.packages.get("litek8s").map(String::as_str), Some("1.2-1"));
         assert_eq!(s.binary.as_deref(), Some("ab12"));
         let server = s.server.expect("server");
         assert!(server.active);
@@ -104,6 +111,7 @@ mod tests {
             .arg(script(&LocalBinary::current().expect("fingerprint")))
             .output()
             .expect("sh");
+        assert!(out.status.success(), "{out:?}");
         let s = parse(&String::from_utf8_lossy(&out.stdout)).expect("parsed");
         assert!(!s.hostname.is_empty());
     }

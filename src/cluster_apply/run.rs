@@ -14,6 +14,7 @@ use anyhow::Context;
 use super::api::{Admin, Api};
 use super::binary::LocalBinary;
 use super::file::{ClusterFile, Machine};
+use super::packages::{self, LocalPackages};
 use super::plan::{self, HostState, Observed, Plan, Step};
 use super::probe;
 use super::record::{self, Record};
@@ -22,6 +23,8 @@ use super::ApplyArgs;
 
 /// Where the binary is copied before it installs itself.
 const STAGED: &str = "/var/tmp/litek8s-apply";
+/// Where package files are copied before they are installed.
+const PACKAGES_STAGED: &str = "/var/tmp/litek8s-apply-packages";
 /// `install` waits up to 120 s for a unit; a slow copy comes on top.
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
 const SHORT: Duration = Duration::from_secs(30);
@@ -113,6 +116,14 @@ pub fn apply(args: &ApplyArgs) -> anyhow::Result<()> {
         let api = run.admin().and_then(|(admin, url)| {
             run.write_kubeconfig(&admin, &url, &out)?;
             println!("kubeconfig: {}", out.display());
+            if let Some(lb) = file.kubeconfig.lb {
+                let config = with_suffix(&args.file, ".lb.yaml");
+                write_secret(&config, &lb_config(&lb, &file.servers))?;
+                println!(
+                    "load balancer: litek8s lb --config {} (the kubeconfig's context litek8s goes through https://{lb})",
+                    config.display()
+                );
+            }
             Api::new(&url, &admin)
         });
         if let Err(e) = &api {
@@ -265,7 +276,7 @@ impl Apply<'_> {
         } else {
             None
         };
-        let bin = self.binary_on(ssh, state)?;
+        let bin = self.litek8s_on(ssh, m, state, words[1] == "server")?;
         let command: Vec<String> = words.iter().map(|w| quote(w)).collect();
         let script = format!(
             "{}{bin} {}; rc=$?; rm -f {STAGED}; exit $rc",
@@ -281,6 +292,59 @@ impl Apply<'_> {
             .run(ssh, &script, stdin.as_deref(), INSTALL_TIMEOUT)
             .map_err(|e| e.to_string())?;
         Ok(summarize(step, &out.stdout))
+    }
+
+    /// The path of the litek8s binary the host installs with: from its packages when it takes
+    /// them (installed first when missing or different), else [`Apply::binary_on`].
+    fn litek8s_on(
+        &self,
+        ssh: &str,
+        m: &Machine,
+        state: &HostState,
+        server: bool,
+    ) -> Result<String, String> {
+        let Some(format) = m.package(self.file) else {
+            return self.binary_on(ssh, state);
+        };
+        let local = match &self.file.package_dir {
+            Some(dir) => Some(LocalPackages::find(dir, format)?),
+            None => None,
+        };
+        let Some(command) = packages::install_command(
+            format,
+            server,
+            &state.packages,
+            local.as_ref(),
+            PACKAGES_STAGED,
+        )?
+        else {
+            return Ok("/usr/bin/litek8s".into());
+        };
+        if let Some(local) = &local {
+            self.ssh
+                .run(ssh, &format!("mkdir -p {PACKAGES_STAGED}"), None, SHORT)
+                .map_err(|e| format!("stage the packages: {e}"))?;
+            for f in local.files(server)? {
+                let base = f.path.file_name().unwrap_or_default().to_string_lossy();
+                self.ssh
+                    .copy(
+                        ssh,
+                        &f.path,
+                        &format!("{PACKAGES_STAGED}/{base}"),
+                        INSTALL_TIMEOUT,
+                    )
+                    .map_err(|e| format!("copy {}: {e}", f.path.display()))?;
+            }
+        }
+        self.ssh
+            .run(
+                ssh,
+                &format!("{command} 2>&1; rc=$?; rm -rf {PACKAGES_STAGED}; exit $rc"),
+                None,
+                INSTALL_TIMEOUT,
+            )
+            .map_err(|e| format!("install the packages: {e}"))?;
+        Ok("/usr/bin/litek8s".into())
     }
 
     /// The path of a litek8s binary on the host that is this one: its own when the hashes
@@ -322,7 +386,8 @@ impl Apply<'_> {
             .chain(others)
             .filter_map(|m| Some((self.state(&m.ssh)?.hostname.clone(), plan::api_url(m))))
             .collect();
-        write_secret(out, &admin.kubeconfig(&servers))
+        let lb = self.file.kubeconfig.lb.map(|a| a.to_string());
+        write_secret(out, &admin.kubeconfig(&servers, lb.as_deref()))
     }
 
     /// Takes a machine out: a server leaves the Raft membership first (through the first
@@ -420,6 +485,19 @@ fn summarize(step: &Step, stdout: &str) -> String {
             restarted.join(", ")
         }
     )
+}
+
+/// The configuration file of `litek8s lb` on this machine (the flags' names as keys, as every
+/// litek8s configuration file): where it listens and every server of the file (it learns
+/// later members by itself).
+fn lb_config(listen: &std::net::SocketAddr, servers: &[Machine]) -> String {
+    let mut text = format!(
+        "# litek8s lb --config THIS-FILE: the balancer the kubeconfig's context `litek8s` uses.\nlisten: {listen}\nserver:\n"
+    );
+    for m in servers {
+        text.push_str(&format!("  - {}\n", plan::api_url(m)));
+    }
+    text
 }
 
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {

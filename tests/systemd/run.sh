@@ -1117,7 +1117,11 @@ test_apply() {
         done
     done
 
-    local f=$w/cluster.yaml kc=$w/cluster.yaml.kubeconfig
+    local f=$w/cluster.yaml kc=$w/cluster.yaml.kubeconfig lb_port
+    APPLY_LB_PID=
+    # The written kubeconfig's current context goes through `litek8s lb` on this machine.
+    lb_port=$((20000 + RANDOM % 20000))
+    trap 'kill ${APPLY_LB_PID:-} 2>/dev/null; cleanup_containers; net_down' EXIT INT TERM
     # cluster_file SERVERS... -- AGENTS...: a cluster file (host numbers; 9 has no machine).
     cluster_file() {
         local list=servers
@@ -1128,9 +1132,10 @@ test_apply() {
         for n in "$@"; do
             if [ "$n" = -- ]; then printf 'agents:\n'; list=agents; continue; fi
             printf '  - ssh: root@%s.%s\n' "$NET_PREFIX" "$n"
-            [ "$list" = agents ] && printf '    labels: {role: worker}\n'
+            # The agent machine takes the packages (the servers a copy of the binary).
+            [ "$list" = agents ] && printf '    labels: {role: worker}\n    package: deb\n'
         done
-        return 0
+        printf 'kubeconfig: {lb: 127.0.0.1:%s}\npackageDir: %s\n' "$lb_port" "$(realpath "$debs")"
     }
     apply() { timeout 600 "$bin" cluster apply -f "$f" "$@" 2>&1; }
     kc_() { timeout 30 "$KUBECTL" --kubeconfig "$kc" --request-timeout=10s "$@"; }
@@ -1172,8 +1177,21 @@ test_apply() {
         return
     fi
     sed 's/^/    | /' <<<"$out"
+    check "apply: the agent machine runs the packaged litek8s ($(in_ct "${pids[4]}" dpkg-query -W litek8s litek8s-agent 2>&1 | tr '\n\t' '; '))" \
+        in_ct "${pids[4]}" sh -c 'dpkg-query -W -f="\${db:Status-Abbrev}\n" litek8s litek8s-agent | grep -c "^ii" | grep -qx 2 && dpkg-query -S /usr/bin/litek8s'
+    check "apply: the kubeconfig's current context is the balancer" \
+        grep -q "server: https://127.0.0.1:$lb_port\$" "$kc"
+    check "apply: the balancer's configuration lists the 3 servers" \
+        test "$(grep -c "^  - https://$NET_PREFIX.[123]:6443\$" "$f.lb.yaml")" = 3
+    "$bin" lb --config "$f.lb.yaml" >"$w/lb.log" 2>&1 &
+    APPLY_LB_PID=$!
     out=$(kc_ get nodes --no-headers 2>&1 || true)
-    check "apply: 4 nodes Ready, seen through the written kubeconfig ($(tr '\n' ';' <<<"$out"))" \
+    for ((i = 0; i < 50; i++)); do
+        [ "$(grep -c ' Ready ' <<<"$out")" = 4 ] && break
+        sleep 0.2
+        out=$(kc_ get nodes --no-headers 2>&1 || true)
+    done
+    check "apply: 4 nodes Ready, seen through the written kubeconfig and litek8s lb ($(tr '\n' ';' <<<"$out"))" \
         test "$(grep -c ' Ready ' <<<"$out")" = 4
     check "apply: 3 Raft members ($(members))" test "$(members)" = "lk-ap1 lk-ap2 lk-ap3 "
     kc_ create -f - >/dev/null 2>&1 <<'YAML' || fail "apply: create the Deployment"
@@ -1254,6 +1272,7 @@ YAML
     check "remove agent: drained, uninstalled, Node deleted" grep -Eq "root@$NET_PREFIX.4 +removed: drained \([0-9]+ pods\), uninstalled, Node deleted" <<<"$out"
     check "remove agent: no litek8s process and no pod left on lk-ap4" sh -c \
         "! nsenter -t ${pids[4]} -a pgrep -x 'litek8s|conmon' >/dev/null && ! nsenter -t ${pids[4]} -a pgrep -f 'sleep 3600' >/dev/null"
+    kill "$APPLY_LB_PID" 2>/dev/null
     cleanup_containers
     net_down
     trap 'cleanup_containers' EXIT INT TERM
