@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use regex::Regex;
 use serde_json::Value;
 
+use super::rules::{self, Rule};
 use crate::api::status::Cause;
 
 /// Nesting past this many schema levels is refused (the request body's own depth limit keeps
@@ -63,6 +64,10 @@ pub struct Schema {
     /// `x-kubernetes-embedded-resource`: an object with its own apiVersion, kind and metadata.
     pub embedded: bool,
     pub default: Option<Value>,
+    /// `x-kubernetes-validations`, compiled.
+    pub validations: Vec<Rule>,
+    /// Whether this node or one below it has a rule (only those nodes are walked).
+    pub has_rules: bool,
 }
 
 /// Where a node sits, for the "type must not be empty" message kube-apiserver picks.
@@ -78,7 +83,19 @@ impl Schema {
     /// `spec.versions[0].schema.openAPIV3Schema`). Every way it is not structural is pushed to
     /// `causes`; the returned schema is usable only when none was.
     pub fn parse(raw: &Value, path: &str, causes: &mut Vec<Cause>) -> Schema {
-        parse_node(raw, path, Level::Root, 0, causes)
+        let schema = parse_node(raw, path, Level::Root, 0, causes);
+        let total = rules::total_cost(&schema, 1);
+        if total > crate::cel::TOTAL_COST_LIMIT {
+            causes.push(Cause::forbidden(
+                path,
+                &rules::cost_message(
+                    "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema",
+                    total,
+                    crate::cel::TOTAL_COST_LIMIT,
+                ),
+            ));
+        }
+        schema
     }
 }
 
@@ -244,6 +261,17 @@ fn parse_node(raw: &Value, path: &str, level: Level, depth: usize, out: &mut Vec
             "additionalProperties and properties are mutual exclusive",
         ));
     }
+    s.validations = rules::parse(
+        m.get("x-kubernetes-validations"),
+        &s,
+        level == Level::Root,
+        path,
+        out,
+    );
+    s.has_rules = !s.validations.is_empty()
+        || s.properties.values().any(|p| p.has_rules)
+        || s.items.as_ref().is_some_and(|i| i.has_rules)
+        || matches!(&s.additional, Additional::Schema(a) if a.has_rules);
     s
 }
 
