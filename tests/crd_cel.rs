@@ -184,3 +184,51 @@ fn rules_that_do_not_compile_or_cost_too_much_refuse_the_definition() {
         assert_eq!(r.status, 201, "{}", r.text());
     });
 }
+
+#[test]
+fn one_of_any_of_and_not_are_checked_and_defaults_must_fit_their_schema() {
+    let server = Server::start(&[]);
+    support::runtime().block_on(async {
+        let api = server.api();
+        let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+        let mut crd = scaler_crd(json!([]), json!({"type": "array", "items": {"type": "string"}}));
+        let spec = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        spec["oneOf"] = json!([{"required": ["minReplicas"]}, {"required": ["maxReplicas"]}]);
+        spec["properties"]["replicas"]["anyOf"] = json!([{"minimum": 50}, {"maximum": 10}]);
+        spec["properties"]["replicas"]["not"] = json!({"enum": [7]});
+
+        // A default that does not follow its own schema refuses the definition.
+        let mut bad = crd.clone();
+        bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["minReplicas"]["default"] = json!("one");
+        let r = api.post_json(crds, &bad).await.expect("create");
+        assert_eq!(r.status, 422, "{}", r.text());
+        let want = "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[minReplicas].default: Invalid value: \"string\"";
+        assert!(causes_of(&r).iter().any(|c| c.starts_with(want)), "{:?}", causes_of(&r));
+
+        let r = api.post_json(crds, &crd).await.expect("create");
+        assert_eq!(r.status, 201, "{}", r.text());
+        let path = "/apis/example.com/v1/namespaces/default/scalers";
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while api.get(path).await.expect("list").status != 200 {
+            assert!(std::time::Instant::now() < deadline, "the kind is not served");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let object = |name: &str, spec: Value| json!({"apiVersion": "example.com/v1", "kind": "Scaler",
+            "metadata": {"name": name}, "spec": spec});
+        let r = api.post_json(path, &object("ok", json!({"minReplicas": 1, "replicas": 3}))).await.expect("create");
+        assert_eq!(r.status, 201, "{}", r.text());
+        let cases = [
+            (json!({"minReplicas": 1, "maxReplicas": 2}),
+             "spec: Invalid value: \"null\": spec in body must validate one and only one schema (oneOf)"),
+            (json!({"minReplicas": 1, "replicas": 20}),
+             "spec.replicas: Invalid value: \"null\": spec.replicas in body must validate at least one schema (anyOf)"),
+            (json!({"minReplicas": 1, "replicas": 7}),
+             "spec.replicas: Invalid value: \"null\": spec.replicas in body must not validate the schema (not)"),
+        ];
+        for (i, (spec, want)) in cases.into_iter().enumerate() {
+            let r = api.post_json(path, &object(&format!("bad{i}"), spec.clone())).await.expect("create");
+            assert_eq!(r.status, 422, "{spec}: {}", r.text());
+            assert!(causes_of(&r).iter().any(|c| c == want), "{spec}: want {want}\n{:?}", causes_of(&r));
+        }
+    });
+}
