@@ -7,6 +7,8 @@
 //! - [`cluster`]: the HA cluster: Raft node, server-to-server transport, joins, forwarding.
 //! - [`cluster_apply`]: `litek8s cluster apply|status`: a whole cluster from one file, over
 //!   the system's ssh client (plan, probes, steps).
+//! - [`cel`]: CEL expressions (`x-kubernetes-validations`): compiled, checked against the
+//!   schema's types, bounded in cost, evaluated over JSON.
 //! - [`cli`]: the `litek8s` command and its flags, resolved into settings.
 //! - [`client`]: the in-process API client: internal writes through the API pipeline.
 //! - [`controllers`]: the leader-gated runner, informers, work queues, controllers and the
@@ -40,6 +42,7 @@ pub mod allocator;
 pub mod api;
 pub mod audit;
 pub mod auth;
+pub mod cel;
 pub mod check_config;
 pub mod cli;
 pub mod client;

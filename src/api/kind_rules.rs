@@ -133,7 +133,7 @@ pub fn prepare<'a>(
     if crd::is_definition(info) {
         crd::definition::prepare(ctx, info, name, old, object)?;
     } else if let Some(kind) = ctx.custom_kinds.of(info) {
-        crd::objects::prepare(&kind, info, name, old.is_none(), object)?;
+        crd::objects::prepare(&kind, info, name, old, object)?;
     }
     if is(info, "services") {
         let namespace = object

@@ -6,6 +6,7 @@
 //!   columns) and the `ResourceInfo` the router and verbs see for each served version;
 //! - `schema`: structural schemas, checked and parsed;
 //! - `validate`, `prune`: a custom object's validation, defaulting and pruning;
+//! - `rules`: `x-kubernetes-validations` (CEL), compiled with the schema, evaluated on writes;
 //! - `objects`: where a custom object's write plugs into the write step;
 //! - `columns`: `additionalPrinterColumns` in Tables.
 //!
@@ -17,6 +18,7 @@ pub(crate) mod kind;
 pub(crate) mod objects;
 pub(crate) mod prune;
 pub(crate) mod registry;
+pub(crate) mod rules;
 pub(crate) mod schema;
 pub(crate) mod validate;
 

@@ -5,21 +5,21 @@
 use serde_json::Value;
 
 use super::kind::CustomKind;
-use super::{prune, validate};
+use super::{prune, rules, validate};
 use crate::api::status::ApiError;
 use crate::kube::resources::ResourceInfo;
 
 /// Defaults, prunes and validates `object`, a custom object of version `info` of `kind`
-/// (`creating` it, or updating it). While the definition is being deleted nothing new is
+/// (creating it, or updating `old`). While the definition is being deleted nothing new is
 /// created, as kube-apiserver answers: 405.
 pub fn prepare(
     kind: &CustomKind,
     info: &ResourceInfo,
     name: &str,
-    creating: bool,
+    old: Option<&Value>,
     object: &mut Value,
 ) -> Result<(), ApiError> {
-    if creating && kind.terminating {
+    if old.is_none() && kind.terminating {
         return Err(ApiError::NotAllowedNow(
             "create not allowed while custom resource definition is terminating".into(),
         ));
@@ -29,7 +29,11 @@ pub fn prepare(
     };
     prune::default(&schema, object);
     prune::prune(&schema, object);
-    let causes = validate::validate(&schema, object);
+    let mut causes = validate::validate(&schema, object);
+    // Rules run on objects that follow the schema: its bounds are what bound their cost.
+    if causes.is_empty() && schema.has_rules {
+        causes = rules::validate(&schema, object, old);
+    }
     if causes.is_empty() {
         Ok(())
     } else {

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use regex::Regex;
 use serde_json::Value;
 
+use super::rules::{self, Rule};
 use crate::api::status::Cause;
 
 /// Nesting past this many schema levels is refused (the request body's own depth limit keeps
@@ -63,6 +64,16 @@ pub struct Schema {
     /// `x-kubernetes-embedded-resource`: an object with its own apiVersion, kind and metadata.
     pub embedded: bool,
     pub default: Option<Value>,
+    /// `oneOf`, `anyOf`, `allOf`, `not`: value constraints restated over the same shape (a
+    /// structural schema may not use them to declare new fields or types).
+    pub one_of: Vec<Schema>,
+    pub any_of: Vec<Schema>,
+    pub all_of: Vec<Schema>,
+    pub not: Option<Box<Schema>>,
+    /// `x-kubernetes-validations`, compiled.
+    pub validations: Vec<Rule>,
+    /// Whether this node or one below it has a rule (only those nodes are walked).
+    pub has_rules: bool,
 }
 
 /// Where a node sits, for the "type must not be empty" message kube-apiserver picks.
@@ -71,6 +82,8 @@ enum Level {
     Root,
     Item,
     Field,
+    /// Inside `oneOf`, `anyOf`, `allOf` or `not`: types need not be restated.
+    Junctor,
 }
 
 impl Schema {
@@ -78,7 +91,19 @@ impl Schema {
     /// `spec.versions[0].schema.openAPIV3Schema`). Every way it is not structural is pushed to
     /// `causes`; the returned schema is usable only when none was.
     pub fn parse(raw: &Value, path: &str, causes: &mut Vec<Cause>) -> Schema {
-        parse_node(raw, path, Level::Root, 0, causes)
+        let schema = parse_node(raw, path, Level::Root, 0, causes);
+        let total = rules::total_cost(&schema, 1);
+        if total > crate::cel::TOTAL_COST_LIMIT {
+            causes.push(Cause::forbidden(
+                path,
+                &rules::cost_message(
+                    "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema",
+                    total,
+                    crate::cel::TOTAL_COST_LIMIT,
+                ),
+            ));
+        }
+        schema
     }
 }
 
@@ -96,6 +121,14 @@ fn parse_node(raw: &Value, path: &str, level: Level, depth: usize, out: &mut Vec
         return s;
     }
     let child = |name: &str| format!("{path}.{name}");
+    // Below a junctor, every node is a junctor's: it restates, it does not declare.
+    let below = |l: Level| {
+        if level == Level::Junctor {
+            Level::Junctor
+        } else {
+            l
+        }
+    };
     let flag = |name: &str| m.get(name).and_then(Value::as_bool).unwrap_or(false);
     s.int_or_string = flag("x-kubernetes-int-or-string");
     s.preserve_unknown = flag("x-kubernetes-preserve-unknown-fields");
@@ -129,11 +162,11 @@ fn parse_node(raw: &Value, path: &str, level: Level, depth: usize, out: &mut Vec
                 "must be object if x-kubernetes-embedded-resource is true",
             )),
         }
-    } else if s.ty.is_none() && !s.int_or_string && !s.preserve_unknown {
+    } else if s.ty.is_none() && !s.int_or_string && !s.preserve_unknown && level != Level::Junctor {
         let detail = match level {
             Level::Root => "must not be empty at the root",
             Level::Item => "must not be empty for specified array items",
-            Level::Field => "must not be empty for specified object fields",
+            Level::Field | Level::Junctor => "must not be empty for specified object fields",
         };
         out.push(Cause::required(&child("type"), detail));
     }
@@ -191,7 +224,7 @@ fn parse_node(raw: &Value, path: &str, level: Level, depth: usize, out: &mut Vec
     s.default = m.get("default").cloned();
     match m.get("items") {
         None | Some(Value::Null) => {
-            if s.ty.as_deref() == Some("array") {
+            if s.ty.as_deref() == Some("array") && level != Level::Junctor {
                 out.push(Cause::required(&child("items"), "must be specified"));
             }
         }
@@ -203,7 +236,7 @@ fn parse_node(raw: &Value, path: &str, level: Level, depth: usize, out: &mut Vec
             s.items = Some(Box::new(parse_node(
                 items,
                 &child("items"),
-                Level::Item,
+                below(Level::Item),
                 depth + 1,
                 out,
             )))
@@ -214,7 +247,7 @@ fn parse_node(raw: &Value, path: &str, level: Level, depth: usize, out: &mut Vec
             let p = parse_node(
                 prop,
                 &format!("{path}.properties[{name}]"),
-                Level::Field,
+                below(Level::Field),
                 depth + 1,
                 out,
             );
@@ -232,7 +265,7 @@ fn parse_node(raw: &Value, path: &str, level: Level, depth: usize, out: &mut Vec
             s.additional = Additional::Schema(Box::new(parse_node(
                 schema,
                 &child("additionalProperties"),
-                Level::Field,
+                below(Level::Field),
                 depth + 1,
                 out,
             )))
@@ -244,7 +277,97 @@ fn parse_node(raw: &Value, path: &str, level: Level, depth: usize, out: &mut Vec
             "additionalProperties and properties are mutual exclusive",
         ));
     }
+    let junctor = |name: &str, out: &mut Vec<Cause>| -> Vec<Schema> {
+        m.get(name)
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .enumerate()
+                    .map(|(i, raw)| {
+                        parse_node(
+                            raw,
+                            &format!("{path}.{name}[{i}]"),
+                            Level::Junctor,
+                            depth + 1,
+                            out,
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    s.one_of = junctor("oneOf", out);
+    s.any_of = junctor("anyOf", out);
+    s.all_of = junctor("allOf", out);
+    s.not = m.get("not").filter(|v| v.is_object()).map(|raw| {
+        Box::new(parse_node(
+            raw,
+            &child("not"),
+            Level::Junctor,
+            depth + 1,
+            out,
+        ))
+    });
+    if level == Level::Root {
+        if let Some(meta) = m.get("properties").and_then(|p| p.get("metadata")) {
+            if !metadata_schema_allowed(meta) {
+                out.push(Cause::forbidden(
+                    &format!("{path}.properties[metadata]"),
+                    "must not specify anything other than name and generateName, but metadata is implicitly specified",
+                ));
+            }
+        }
+    }
+    if let Some(default) = &s.default {
+        if level != Level::Junctor {
+            let at = child("default");
+            for cause in super::validate::value(&s, default, &at) {
+                out.push(cause);
+            }
+        }
+    }
+    s.validations = rules::parse(
+        m.get("x-kubernetes-validations"),
+        &s,
+        level == Level::Root,
+        path,
+        out,
+    );
+    s.has_rules = !s.validations.is_empty()
+        || s.properties.values().any(|p| p.has_rules)
+        || s.items.as_ref().is_some_and(|i| i.has_rules)
+        || matches!(&s.additional, Additional::Schema(a) if a.has_rules);
     s
+}
+
+/// A root's `metadata` schema may only say it is an object and restate `name` and
+/// `generateName` as strings (the API, not the schema, owns metadata).
+fn metadata_schema_allowed(meta: &Value) -> bool {
+    let Some(m) = meta.as_object() else {
+        return false;
+    };
+    let only = |m: &serde_json::Map<String, Value>, allowed: &[&str]| {
+        m.keys().all(|k| allowed.contains(&k.as_str()))
+    };
+    if !only(m, &["type", "properties", "description"])
+        || m.get("type").is_some_and(|t| t != "object")
+    {
+        return false;
+    }
+    let Some(props) = m.get("properties") else {
+        return true;
+    };
+    let Some(props) = props.as_object() else {
+        return false;
+    };
+    props.iter().all(|(name, p)| {
+        matches!(name.as_str(), "name" | "generateName")
+            && p.as_object().is_some_and(|p| {
+                p.keys()
+                    .all(|k| matches!(k.as_str(), "type" | "description" | "pattern" | "maxLength"))
+                    && p.get("type").is_none_or(|t| t == "string")
+            })
+    })
 }
 
 /// kube-apiserver's `Unsupported value: "x": supported values: "a", "b"`.
@@ -340,5 +463,36 @@ mod tests {
             got.iter().any(|m| m.contains("must not be nested deeper")),
             "{got:?}"
         );
+    }
+
+    #[test]
+    fn defaults_must_follow_their_schema_and_metadata_only_restates_names() {
+        let got = messages(json!({"type": "object", "properties": {
+            "n": {"type": "integer", "default": "x"},
+            "m": {"type": "string", "default": "ok"}}}));
+        assert_eq!(
+            got,
+            ["s.properties[n].default: Invalid value: \"string\": s.properties[n].default in body must be of type integer: \"string\""]
+        );
+        let meta = |m: Value| messages(json!({"type": "object", "properties": {"metadata": m}}));
+        assert!(meta(json!({"type": "object"})).is_empty());
+        assert!(meta(
+            json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}}})
+        )
+        .is_empty());
+        assert_eq!(
+            meta(json!({"type": "object", "properties": {"labels": {"type": "object"}}})),
+            ["s.properties[metadata]: Forbidden: must not specify anything other than name and generateName, but metadata is implicitly specified"]
+        );
+    }
+
+    #[test]
+    fn junctors_need_not_restate_types() {
+        let got = messages(
+            json!({"type": "object", "properties": {"a": {"type": "object",
+            "oneOf": [{"required": ["x"]}, {"properties": {"y": {"minimum": 1}}}],
+            "not": {"required": ["z"]}}}}),
+        );
+        assert!(got.is_empty(), "{got:?}");
     }
 }

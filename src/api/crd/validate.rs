@@ -34,6 +34,14 @@ pub fn validate(schema: &Schema, object: &Value) -> Vec<Cause> {
     out
 }
 
+/// Every way `value`, found at `path`, breaks the schema node `schema` (a definition's
+/// `default` values are checked with it).
+pub fn value(schema: &Schema, value: &Value, path: &str) -> Vec<Cause> {
+    let mut out = Vec::new();
+    node(schema, value, path, &mut out);
+    out
+}
+
 fn child_schema<'s>(schema: &'s Schema, key: &str) -> Option<&'s Schema> {
     schema.properties.get(key).or(match &schema.additional {
         Additional::Schema(s) => Some(s),
@@ -160,6 +168,54 @@ fn node(s: &Schema, value: &Value, path: &str, out: &mut Vec<Cause>) {
             }
         }
         Value::Bool(_) | Value::Null => {}
+    }
+    junctors(s, value, path, out);
+}
+
+/// `oneOf`, `anyOf`, `allOf` and `not`, with the errors of the branches that failed (as
+/// kube-apiserver's OpenAPI validator reports them) and its composite message.
+fn junctors(s: &Schema, value: &Value, path: &str, out: &mut Vec<Cause>) {
+    let composite = |what: &str| {
+        // The validator's composite errors carry no value: Go prints it as "null".
+        Cause::invalid(
+            path,
+            &Value::String("null".into()),
+            &format!("{path} in body {what}"),
+        )
+    };
+    let run = |branch: &Schema| {
+        let mut errs = Vec::new();
+        node(branch, value, path, &mut errs);
+        errs
+    };
+    if !s.one_of.is_empty() {
+        let results: Vec<Vec<Cause>> = s.one_of.iter().map(run).collect();
+        let passed = results.iter().filter(|r| r.is_empty()).count();
+        if passed != 1 {
+            if passed == 0 {
+                out.extend(results.into_iter().flatten());
+            }
+            out.push(composite("must validate one and only one schema (oneOf)"));
+        }
+    }
+    if !s.any_of.is_empty() {
+        let results: Vec<Vec<Cause>> = s.any_of.iter().map(run).collect();
+        if !results.iter().any(Vec::is_empty) {
+            out.extend(results.into_iter().flatten());
+            out.push(composite("must validate at least one schema (anyOf)"));
+        }
+    }
+    if !s.all_of.is_empty() {
+        let failed: Vec<Cause> = s.all_of.iter().flat_map(run).collect();
+        if !failed.is_empty() {
+            out.extend(failed);
+            out.push(composite("must validate all the schemas (allOf)"));
+        }
+    }
+    if let Some(not) = &s.not {
+        if run(not).is_empty() {
+            out.push(composite("must not validate the schema (not)"));
+        }
     }
 }
 
@@ -349,6 +405,48 @@ mod tests {
         ];
         for (object, want) in cases {
             let got = messages(object);
+            assert!(got.iter().any(|m| m == want), "{want}\n got {got:?}");
+        }
+    }
+
+    #[test]
+    fn one_of_any_of_all_of_and_not_are_checked_with_kube_apiservers_messages() {
+        let raw = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "properties": {"a": {"type": "string"}, "b": {"type": "string"},
+                "n": {"type": "integer", "not": {"enum": [13]},
+                      "anyOf": [{"minimum": 100}, {"maximum": 10}],
+                      "allOf": [{"minimum": 0}]}},
+            "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}}});
+        let mut causes = Vec::new();
+        let s = Schema::parse(&raw, "s", &mut causes);
+        assert!(causes.is_empty(), "{causes:?}");
+        let msgs = |object: Value| -> Vec<String> {
+            validate(&s, &object)
+                .into_iter()
+                .map(|c| format!("{}: {}", c.field, c.message))
+                .collect()
+        };
+        assert_eq!(
+            msgs(json!({"spec": {"a": "x", "n": 5}})),
+            Vec::<String>::new()
+        );
+        let cases = [
+            (json!({"spec": {"a": "x", "b": "y"}}),
+             "spec: Invalid value: \"null\": spec in body must validate one and only one schema (oneOf)"),
+            (json!({"spec": {}}), "spec.a: Required value"),
+            (json!({"spec": {}}),
+             "spec: Invalid value: \"null\": spec in body must validate one and only one schema (oneOf)"),
+            (json!({"spec": {"a": "x", "n": 13}}),
+             "spec.n: Invalid value: \"null\": spec.n in body must not validate the schema (not)"),
+            (json!({"spec": {"a": "x", "n": 50}}),
+             "spec.n: Invalid value: \"null\": spec.n in body must validate at least one schema (anyOf)"),
+            (json!({"spec": {"a": "x", "n": -1}}),
+             "spec.n: Invalid value: \"null\": spec.n in body must validate all the schemas (allOf)"),
+            (json!({"spec": {"a": "x", "n": -1}}),
+             "spec.n: Invalid value: -1: spec.n in body should be greater than or equal to 0"),
+        ];
+        for (object, want) in cases {
+            let got = msgs(object);
             assert!(got.iter().any(|m| m == want), "{want}\n got {got:?}");
         }
     }
