@@ -9,6 +9,8 @@
 //! - failurePolicy Fail and Ignore with the webhook down, hanging past timeoutSeconds,
 //!   answering garbage, another uid, or 500;
 //! - a dry run is sent with `dryRun: true` and not stored;
+//! - mutating webhooks run in configuration-name order, and one with `reinvocationPolicy:
+//!   IfNeeded` is called again, seeing the later webhook's patch;
 //! - bad configurations are refused with 422 (matchConditions included: no CEL engine);
 //! - the configuration kinds are never sent to webhooks, so a broken one can be deleted.
 
@@ -393,6 +395,48 @@ fn dry_runs_are_sent_as_dry_runs() {
     assert_eq!(review["options"]["dryRun"], json!(["All"]));
     let got = server.kubectl(&["get", "configmap", "dry"]);
     assert!(!got.status.success(), "a dry run was stored");
+}
+
+#[test]
+fn mutating_webhooks_run_in_order_and_are_reinvoked_if_needed() {
+    let webhook = Webhook::start();
+    let server = Server::start(&[]);
+    // "a-first" runs before "b-second" (configuration names), sees no label, and asks to be
+    // called again when a later webhook changes the object.
+    let first = vec![case_hook(
+        &webhook,
+        "order",
+        "/warn",
+        json!({"reinvocationPolicy": "IfNeeded"}),
+    )];
+    let mut second = case_hook(&webhook, "order", "/label", json!({}));
+    second["name"] = json!("order-label.test.litek8s.io");
+    create_configuration(
+        &server,
+        &configuration("MutatingWebhookConfiguration", "b-second", vec![second]),
+    );
+    create_configuration(
+        &server,
+        &configuration("MutatingWebhookConfiguration", "a-first", first),
+    );
+    let (status, body) = post(
+        &server,
+        "/api/v1/namespaces/default/configmaps",
+        &config_map("ordered", json!({"case": "order"})),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["metadata"]["labels"]["webhook"], "patched");
+    let first_calls = webhook.reviews("/warn");
+    assert_eq!(first_calls.len(), 2, "called once, then reinvoked");
+    assert_eq!(
+        first_calls[0]["object"]["metadata"]["labels"].get("webhook"),
+        None
+    );
+    assert_eq!(
+        first_calls[1]["object"]["metadata"]["labels"]["webhook"],
+        "patched"
+    );
+    assert_eq!(webhook.reviews("/label").len(), 1);
 }
 
 #[test]
