@@ -16,8 +16,8 @@
 use std::path::PathBuf;
 
 use k8s_openapi::api::{
-    apps, authentication, authorization, autoscaling, batch, certificates, coordination, core,
-    discovery, events, networking, policy, rbac, scheduling, storage,
+    admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates,
+    coordination, core, discovery, events, networking, policy, rbac, scheduling, storage,
 };
 use litek8s::kube::resources::{ResourceInfo, RESOURCES};
 use schemars::generate::SchemaSettings;
@@ -56,6 +56,12 @@ fn schema_for(generator: &mut SchemaGenerator, r: &ResourceInfo) -> String {
         ("apps", "v1", "DaemonSet") => name!(apps::v1::DaemonSet),
         ("apps", "v1", "StatefulSet") => name!(apps::v1::StatefulSet),
         ("apps", "v1", "ControllerRevision") => name!(apps::v1::ControllerRevision),
+        ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration") => {
+            name!(admissionregistration::v1::MutatingWebhookConfiguration)
+        }
+        ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration") => {
+            name!(admissionregistration::v1::ValidatingWebhookConfiguration)
+        }
         ("batch", "v1", "Job") => name!(batch::v1::Job),
         ("batch", "v1", "CronJob") => name!(batch::v1::CronJob),
         ("autoscaling", "v2", "HorizontalPodAutoscaler") => {

@@ -335,6 +335,7 @@ async fn check_kubectl(binary: PathBuf, version: &str, aggregated: &str) {
     assert_eq!(
         versions,
         [
+            "admissionregistration.k8s.io/v1",
             "apiextensions.k8s.io/v1",
             "apps/v1",
             "authentication.k8s.io/v1",

@@ -9,6 +9,7 @@ use super::cluster_ip::ClusterIpAllocator;
 use super::crd::CustomKinds;
 use super::metrics::ApiMetrics;
 use super::node_port::NodePortAllocator;
+use super::write::admission::webhook::Webhooks;
 use crate::auth::rbac::Authorizer;
 use crate::auth::service_account::ServiceAccountTokens;
 use crate::kube::store::Store;
@@ -56,6 +57,9 @@ pub struct ApiContext {
     /// The custom kinds served, derived from the store's CustomResourceDefinitions (shared
     /// likewise).
     pub custom_kinds: Arc<CustomKinds>,
+    /// The admission webhooks, derived from the store's webhook configurations, and the
+    /// connections to them (shared likewise).
+    pub webhooks: Arc<Webhooks>,
 }
 
 impl ApiContext {
@@ -66,6 +70,7 @@ impl ApiContext {
         ApiContext {
             authorizer: Arc::new(Authorizer::new(store.clone())),
             custom_kinds: Arc::new(CustomKinds::new(store.clone())),
+            webhooks: Arc::new(Webhooks::new(store.clone())),
             store,
             writer,
             reads: Arc::new(LocalReads),
@@ -98,6 +103,7 @@ impl ApiContext {
             streams: self.streams.clone(),
             metrics: self.metrics.clone(),
             custom_kinds: self.custom_kinds.clone(),
+            webhooks: self.webhooks.clone(),
         }
     }
 

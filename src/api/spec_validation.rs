@@ -95,6 +95,12 @@ pub fn validate(
         ("certificates.k8s.io", "CertificateSigningRequest") => {
             causes.extend(super::certificates::causes(old, object))
         }
+        ("admissionregistration.k8s.io", kind) => {
+            causes.extend(crate::api::write::admission::webhook::config::causes(
+                object,
+                kind == "MutatingWebhookConfiguration",
+            ))
+        }
         ("rbac.authorization.k8s.io", kind) => {
             causes.extend(super::rbac_validation::causes(kind, old, object))
         }

@@ -131,6 +131,14 @@ pub enum ApiError {
         name: String,
         detail: String,
     },
+    /// A write an admission webhook refused: the code (at least 400), reason and message of
+    /// the status it answered (`admission webhook "NAME" denied the request: …`).
+    #[error("{message}")]
+    WebhookDenied {
+        code: u16,
+        reason: String,
+        message: String,
+    },
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
     /// 405 with its own message: a verb the resource refuses for now (a create of a custom
@@ -295,6 +303,9 @@ impl ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::WebhookDenied { code, .. } => {
+                StatusCode::from_u16(*code).unwrap_or(StatusCode::BAD_REQUEST)
+            }
             ApiError::Forbidden(_) | ApiError::Denied { .. } => StatusCode::FORBIDDEN,
             ApiError::MethodNotAllowed | ApiError::NotAllowedNow(_) => {
                 StatusCode::METHOD_NOT_ALLOWED
@@ -323,6 +334,8 @@ impl ApiError {
             ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
             ApiError::Invalid { .. } | ApiError::Unprocessable(_) => "Invalid",
             ApiError::BadRequest(_) => "BadRequest",
+            // The webhook's own reason, put in place by `status`.
+            ApiError::WebhookDenied { .. } => "",
             ApiError::Forbidden(_) | ApiError::Denied { .. } => "Forbidden",
             ApiError::MethodNotAllowed | ApiError::NotAllowedNow(_) => "MethodNotAllowed",
             ApiError::NotAcceptable(_) => "NotAcceptable",
@@ -422,6 +435,9 @@ impl ApiError {
         });
         if let Some(details) = self.details() {
             status["details"] = details;
+        }
+        if let ApiError::WebhookDenied { reason, .. } = self {
+            status["reason"] = json!(reason);
         }
         status["code"] = json!(self.code().as_u16());
         status

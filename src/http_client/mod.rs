@@ -10,7 +10,8 @@
 //!   piece ([`Streaming`]), for bodies too large for memory (container image layers).
 //! - [`Pool`]: HTTP/2 connections kept per peer and shared by concurrent requests, for
 //!   traffic between servers where a connection per request would cost a TLS handshake
-//!   each time.
+//!   each time; [`Pool::https`] is the same for HTTPS servers outside litek8s that may speak
+//!   HTTP/1.1 only (admission webhooks, trusting their configuration's CA bundle).
 //!
 //! # Security ([`Transport`], [`TlsConfig`])
 //! Plain HTTP only for what is public (`/readyz`, `/cacerts`, the member list); TLS pinned to

@@ -73,6 +73,32 @@ impl Pool {
         })
     }
 
+    /// A pool for HTTPS servers outside litek8s that may speak either HTTP version (ALPN
+    /// offers h2 and http/1.1): admission webhooks. HTTP/1.1 connections are kept idle for
+    /// reuse (up to `idle_per_host` per host) and closed after 90 s idle; connecting gives up
+    /// after `connect_timeout`.
+    pub fn https(tls: &TlsConfig, connect_timeout: Duration, idle_per_host: usize) -> Pool {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(connect_timeout));
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config((*tls.0).clone())
+            .https_only()
+            .enable_all_versions()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .pool_max_idle_per_host(idle_per_host)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(connector);
+        Pool {
+            client,
+            authorization: None,
+        }
+    }
+
     fn authorize(&self, request: &mut Request<Full<Bytes>>) {
         if let Some(value) = &self.authorization {
             request

@@ -227,6 +227,7 @@ pub async fn run_until(
     // The RBAC index follows the store from now on (requests also bring it up to date).
     tokio::spawn(ctx.authorizer.clone().follow(shutdown.clone()));
     tokio::spawn(ctx.custom_kinds.clone().follow(shutdown.clone()));
+    tokio::spawn(ctx.webhooks.clone().follow(shutdown.clone()));
     tracing::info!(
         component = "server",
         listen = %bound,

@@ -33,6 +33,7 @@ use tokio_rustls::TlsConnector;
 pub mod images;
 pub mod kubectl;
 mod ports;
+pub mod webhook;
 pub use ports::free_port;
 
 /// SIGTERMs `child` and waits for it to exit (up to 30 s, then SIGKILL); `None` if it had to

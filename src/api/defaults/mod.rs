@@ -37,6 +37,13 @@ pub fn apply(info: &ResourceInfo, object: &mut Value) {
         ("storage.k8s.io", "StorageClass") => other::storage_class(object),
         ("scheduling.k8s.io", "PriorityClass") => other::priority_class(object),
         ("networking.k8s.io", "NetworkPolicy") => other::network_policy(object),
+        (
+            "admissionregistration.k8s.io",
+            kind @ ("MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration"),
+        ) => crate::api::write::admission::webhook::config::apply_defaults(
+            object,
+            kind == "MutatingWebhookConfiguration",
+        ),
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
             other::role_binding(object)
         }

@@ -238,7 +238,8 @@ async fn mark(
     mut object: Value,
     dry_run: bool,
 ) -> Result<Written, ApiError> {
-    let operation = if req.method == http::Method::DELETE {
+    let deleting = req.method == http::Method::DELETE;
+    let operation = if deleting {
         Operation::Delete { current }
     } else {
         Operation::Update {
@@ -247,6 +248,16 @@ async fn mark(
         }
     };
     admission::admit(req, operation)?;
+    if admission::webhook::any(req) {
+        let old = current.value();
+        if deleting {
+            admission::webhook::delete(req, &old).await?;
+        } else {
+            let op = admission::webhook::Op::Update;
+            admission::webhook::mutate(req, op, &mut object, Some(&old)).await?;
+            admission::webhook::validate(req, op, Some(&object), Some(&old)).await?;
+        }
+    }
     if dry_run {
         return Ok(Written::DryRun(object));
     }
@@ -308,6 +319,9 @@ async fn remove(
     dry_run: bool,
 ) -> Result<ObjectRef, ApiError> {
     admission::admit(req, Operation::Delete { current })?;
+    if admission::webhook::any(req) {
+        admission::webhook::delete(req, &current.value()).await?;
+    }
     if dry_run {
         return Ok(current.clone());
     }

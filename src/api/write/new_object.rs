@@ -13,6 +13,7 @@
 
 use serde_json::Value;
 
+use super::admission::webhook::{self, Op};
 use super::admission::{self, Operation};
 use super::Written;
 use crate::api::barrier::{self, Barrier};
@@ -127,7 +128,7 @@ async fn create_from(
             object: &mut object,
         },
     )?;
-    admission::charge_quota(req, None, &object, dry_run).await?;
+    webhook::mutate(req, Op::Create, &mut object, None).await?;
     let now = meta::now_rfc3339();
     let attempts = if given.is_empty() {
         GENERATE_ATTEMPTS
@@ -146,6 +147,12 @@ async fn create_from(
         meta::prepare_create(info, &mut candidate, &name, &now);
         let reservation = kind_rules::prepare(&req.ctx, info, &name, None, &mut candidate)?;
         ownership::record_write(req, None, &mut candidate);
+        if attempt == 0 {
+            // Validating admission sees the object as it will be stored; the quota, last,
+            // charges only what every other check let through.
+            webhook::validate(req, Op::Create, Some(&candidate), None).await?;
+            admission::charge_quota(req, None, &object, dry_run).await?;
+        }
         if dry_run {
             let key = ObjectKey::new(info.store_key(), namespace.clone(), name.clone());
             if req.ctx.store.get(&key).is_some() {

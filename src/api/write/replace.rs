@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use super::admission::webhook::{self, Op};
 use super::admission::{self, Operation};
 use super::Written;
 use crate::api::request::ApiRequest;
@@ -61,6 +62,7 @@ pub(super) async fn replace(
             object: &mut new,
         },
     )?;
+    webhook::mutate(req, Op::Update, &mut new, Some(&old)).await?;
     meta::prepare_update(info, &old, &mut new);
     // The stored resourceVersion is the store's; keep the body's out of the comparison.
     if let Some(md) = new.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -68,6 +70,7 @@ pub(super) async fn replace(
     }
     let reservation = kind_rules::prepare(&req.ctx, info, &name, Some(&old), &mut new)?;
     ownership::record_write(req, Some(&old), &mut new);
+    webhook::validate(req, Op::Update, Some(&new), Some(&old)).await?;
     if meta::same_but_rv(&old, &new) {
         return Ok(Written::Stored(current.clone()));
     }

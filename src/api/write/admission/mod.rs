@@ -19,12 +19,16 @@
 //! | [`default_toleration_seconds`] | 300 s tolerations of not-ready and unreachable nodes |
 //! | [`certificate_signing`] | a CertificateSigningRequest's requestor set from the user; what `status` and `approval` may change; `approve` and `sign` on the signer (kube-apiserver's CertificateApproval, CertificateSigning and CertificateSubjectRestriction) |
 //! | [`rbac_escalation`] | no role or binding grants what its writer does not hold (kube-apiserver applies it in the RBAC kinds' storage, after admission) |
+//! | [`webhook`] (mutating) | MutatingWebhookConfigurations' webhooks, in order, their patches applied |
+//! | [`webhook`] (validating) | ValidatingWebhookConfigurations' webhooks, at once, on the object as it will be stored |
 //! | [`resource_quota`] | usage recorded in the namespace's quotas, or the write refused |
 //!
 //! The quota plugin is not in [`PLUGINS`]: it writes (the quotas' status) and so is async,
 //! and it must see the object as it will be stored, so the write step calls
 //! [`charge_quota`] after the kind's defaults and validation, as upstream's validating
-//! admission runs after mutation.
+//! admission runs after mutation. The webhooks are async too: the write step calls
+//! [`webhook::mutate`] right after [`admit`] and [`webhook::validate`] after the kind's
+//! preparation, before the quota.
 
 mod certificate_signing;
 mod default_toleration_seconds;
@@ -36,6 +40,7 @@ mod priority;
 mod rbac_escalation;
 pub(crate) mod resource_quota;
 mod service_account;
+pub(crate) mod webhook;
 
 use serde_json::Value;
 
