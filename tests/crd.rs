@@ -4,7 +4,8 @@
 //! - cert-manager's Certificate definition (tests/fixtures/cert-manager, Apache-2.0) applied
 //!   client-side and server-side, its kind in discovery, valid Certificates created and
 //!   invalid ones refused with kube-apiserver's 422 field paths, an undeclared field refused by
-//!   strict field validation, `kubectl get` with its printer columns;
+//!   strict field validation, `kubectl get` with its printer columns, `kubectl explain` of the
+//!   kind and of nested fields;
 //! - a definition with status and scale subresources: defaults, pruning, `kubectl scale`,
 //!   status written only through `/status`, strategic merge refused with 415;
 //! - deleting a definition deletes its objects first, then the kind is gone;
@@ -208,6 +209,33 @@ fn kubectl_applies_cert_managers_certificate_definition_and_its_objects() {
             "{wide}"
         );
         assert!(wide.contains("ca-issuer"), "{wide}");
+
+        // `kubectl explain` reads the kind's schema from /openapi/v3/apis/cert-manager.io/v1.
+        let explained = ok(binary, &kc, &["explain", "certificates"]);
+        assert!(
+            explained
+                .lines()
+                .any(|l| l.split_whitespace().eq(["KIND:", "Certificate"])),
+            "{binary}: {explained}"
+        );
+        assert!(
+            explained.contains("A Certificate resource should be created"),
+            "{binary}: {explained}"
+        );
+        let explained = ok(binary, &kc, &["explain", "certificate.spec.issuerRef.name"]);
+        assert!(
+            explained.contains("FIELD: name <string>"),
+            "{binary}: {explained}"
+        );
+        assert!(
+            explained.contains("Name of the issuer being referred to."),
+            "{binary}: {explained}"
+        );
+        let explained = ok(binary, &kc, &["explain", "certificates.metadata.labels"]);
+        assert!(
+            explained.contains("FIELD: labels <map[string]string>"),
+            "{binary}: {explained}"
+        );
 
         let out = apply(binary, &kc, BAD_CERT);
         assert!(!out.status.success(), "{binary}");
