@@ -7,11 +7,13 @@
 //! - `schema`: structural schemas, checked and parsed;
 //! - `validate`, `prune`: a custom object's validation, defaulting and pruning;
 //! - `objects`: where a custom object's write plugs into the write step;
-//! - `columns`: `additionalPrinterColumns` in Tables.
+//! - `columns`: `additionalPrinterColumns` in Tables;
+//! - `conversion`: objects stored in the storage version, served in the requested one.
 //!
 //! docs/crds.md describes what is served and what is left out.
 
 pub(crate) mod columns;
+pub(crate) mod conversion;
 pub(crate) mod definition;
 pub(crate) mod kind;
 pub(crate) mod objects;
