@@ -4,9 +4,13 @@
 //! - cert-manager's Certificate definition (tests/fixtures/cert-manager, Apache-2.0) applied
 //!   client-side and server-side, its kind in discovery, valid Certificates created and
 //!   invalid ones refused with kube-apiserver's 422 field paths, an undeclared field refused by
-//!   strict field validation, `kubectl get` with its printer columns;
+//!   strict field validation, `kubectl get` with its printer columns, `kubectl explain` of the
+//!   kind and of nested fields;
 //! - a definition with status and scale subresources: defaults, pruning, `kubectl scale`,
 //!   status written only through `/status`, strategic merge refused with 415;
+//! - a definition with two versions: objects stored in the storage version and served in the
+//!   requested one (get, list, watch, create, patch, update, delete), a conversion webhook
+//!   refused;
 //! - deleting a definition deletes its objects first, then the kind is gone;
 //! - bad input: non-structural schemas (kube-apiserver's messages), a 10 MiB schema, names
 //!   colliding with a built-in kind (`pods` in the core group, `ingresses` in
@@ -209,6 +213,33 @@ fn kubectl_applies_cert_managers_certificate_definition_and_its_objects() {
         );
         assert!(wide.contains("ca-issuer"), "{wide}");
 
+        // `kubectl explain` reads the kind's schema from /openapi/v3/apis/cert-manager.io/v1.
+        let explained = ok(binary, &kc, &["explain", "certificates"]);
+        assert!(
+            explained
+                .lines()
+                .any(|l| l.split_whitespace().eq(["KIND:", "Certificate"])),
+            "{binary}: {explained}"
+        );
+        assert!(
+            explained.contains("A Certificate resource should be created"),
+            "{binary}: {explained}"
+        );
+        let explained = ok(binary, &kc, &["explain", "certificate.spec.issuerRef.name"]);
+        assert!(
+            explained.contains("FIELD: name <string>"),
+            "{binary}: {explained}"
+        );
+        assert!(
+            explained.contains("Name of the issuer being referred to."),
+            "{binary}: {explained}"
+        );
+        let explained = ok(binary, &kc, &["explain", "certificates.metadata.labels"]);
+        assert!(
+            explained.contains("FIELD: labels <map[string]string>"),
+            "{binary}: {explained}"
+        );
+
         let out = apply(binary, &kc, BAD_CERT);
         assert!(!out.status.success(), "{binary}");
         let err = stderr(&out);
@@ -403,6 +434,162 @@ fn status_and_scale_subresources_defaults_and_pruning() {
             &["get", "wd", "w1", "-o", "jsonpath={.status.replicas}"],
         );
         assert_eq!(status, "3", "{binary}");
+    }
+}
+
+/// Gadgets in two versions: v1beta1 served, v1 served and stored.
+fn gadget_crd(conversion: &str) -> Value {
+    let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}});
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.conv.example.com"},
+        "spec": {"group": "conv.example.com", "scope": "Namespaced",
+            "names": {"plural": "gadgets", "kind": "Gadget"},
+            "conversion": {"strategy": conversion},
+            "versions": [
+                {"name": "v1beta1", "served": true, "storage": false, "schema": schema},
+                {"name": "v1", "served": true, "storage": true, "schema": schema}]}})
+}
+
+#[test]
+fn objects_are_stored_in_the_storage_version_and_served_in_the_requested_one() {
+    let server = Server::start(&[]);
+    let kc = server.kubeconfig_path();
+    let beta = "/apis/conv.example.com/v1beta1/namespaces/default/gadgets";
+    let v1 = "/apis/conv.example.com/v1/namespaces/default/gadgets";
+    runtime().block_on(async {
+        let api = server.api();
+        let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+        // A conversion webhook is refused: only `None` conversion is served.
+        let r = send(
+            &api,
+            "POST",
+            crds,
+            "application/json",
+            &gadget_crd("Webhook"),
+        )
+        .await;
+        assert_eq!(r.status, 422, "{}", r.text());
+        assert!(
+            r.text().contains(
+                "spec.conversion.strategy: Forbidden: conversion webhooks are not supported"
+            ),
+            "{}",
+            r.text()
+        );
+        let r = send(&api, "POST", crds, "application/json", &gadget_crd("None")).await;
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert_eq!(r.json()["status"]["storedVersions"], json!(["v1"]));
+        wait_status(&api, beta, 200).await;
+
+        let gadget = json!({"apiVersion": "conv.example.com/v1beta1", "kind": "Gadget",
+            "metadata": {"name": "g1"}, "spec": {"size": 1}});
+        let r = send(&api, "POST", beta, "application/json", &gadget).await;
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert_eq!(r.json()["apiVersion"], "conv.example.com/v1beta1");
+        for (path, want) in [
+            (beta, "conv.example.com/v1beta1"),
+            (v1, "conv.example.com/v1"),
+        ] {
+            let got = api.get(&format!("{path}/g1")).await.expect("get");
+            assert_eq!(got.json()["apiVersion"], want, "{path}");
+            assert_eq!(got.json()["spec"]["size"], 1, "{path}");
+            let list = api.get(path).await.expect("list").json();
+            assert_eq!(list["apiVersion"], want, "{path}");
+            assert_eq!(list["items"][0]["apiVersion"], want, "{path}");
+            let watch = api
+                .get(&format!(
+                    "{path}?watch=true&resourceVersion=0&timeoutSeconds=1"
+                ))
+                .await
+                .expect("watch");
+            let first: Value =
+                serde_json::from_str(watch.text().lines().next().unwrap_or("")).expect("event");
+            assert_eq!(first["type"], "ADDED", "{path}");
+            assert_eq!(first["object"]["apiVersion"], want, "{path}");
+        }
+
+        // A merge patch and a PUT through v1beta1 answer v1beta1 and are stored as v1 (the
+        // list of v1 shows the stored object's own version).
+        let r = send(
+            &api,
+            "PATCH",
+            &format!("{beta}/g1"),
+            "application/merge-patch+json",
+            &json!({"spec": {"size": 2}}),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["apiVersion"], "conv.example.com/v1beta1");
+        let mut current = api.get(&format!("{beta}/g1")).await.expect("get").json();
+        current["spec"]["size"] = json!(3);
+        let r = send(
+            &api,
+            "PUT",
+            &format!("{beta}/g1"),
+            "application/json",
+            &current,
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["apiVersion"], "conv.example.com/v1beta1");
+        assert_eq!(r.json()["spec"]["size"], 3);
+        // The same object again through v1 changes nothing: it is the stored object.
+        let stored = api.get(&format!("{v1}/g1")).await.expect("get").json();
+        let r = send(
+            &api,
+            "PUT",
+            &format!("{v1}/g1"),
+            "application/json",
+            &stored,
+        )
+        .await;
+        assert_eq!(
+            r.json()["metadata"]["resourceVersion"],
+            stored["metadata"]["resourceVersion"]
+        );
+        // A create through v1 is read back through v1beta1.
+        let gadget = json!({"apiVersion": "conv.example.com/v1", "kind": "Gadget",
+            "metadata": {"name": "g2"}, "spec": {"size": 5}});
+        let r = send(&api, "POST", v1, "application/json", &gadget).await;
+        assert_eq!(r.status, 201, "{}", r.text());
+        let got = api.get(&format!("{beta}/g2")).await.expect("get").json();
+        assert_eq!(got["apiVersion"], "conv.example.com/v1beta1");
+        let r = api
+            .request("DELETE", &format!("{beta}/g2"), None, Vec::new())
+            .await
+            .expect("delete");
+        assert_eq!(r.status, 200, "{}", r.text());
+        // As kube-apiserver answers the delete of a custom object: a Status.
+        assert_eq!(r.json()["kind"], "Status", "{}", r.text());
+    });
+    // kubectl asks for a version by its full resource name.
+    for binary in KUBECTLS {
+        let version = ok(
+            binary,
+            &kc,
+            &[
+                "get",
+                "gadgets.v1beta1.conv.example.com",
+                "g1",
+                "-o",
+                "jsonpath={.apiVersion} {.spec.size}",
+            ],
+        );
+        assert_eq!(version, "conv.example.com/v1beta1 3", "{binary}");
+        let version = ok(
+            binary,
+            &kc,
+            &[
+                "get",
+                "gadgets.v1.conv.example.com",
+                "g1",
+                "-o",
+                "jsonpath={.apiVersion}",
+            ],
+        );
+        assert_eq!(version, "conv.example.com/v1", "{binary}");
     }
 }
 

@@ -108,7 +108,7 @@ async fn handle(ctx: Arc<ApiContext>, log: Log, req: Request<Incoming>) -> Respo
         )
     } else if let Some(resp) = discovery::respond(&ctx, &path, &accept) {
         resp
-    } else if let Some(resp) = openapi::respond(&path, &accept) {
+    } else if let Some(resp) = openapi::respond(&path, &accept, &ctx.custom_kinds) {
         resp
     } else if req.method() == http::Method::GET {
         list(&path, &accept).unwrap_or_else(not_found)

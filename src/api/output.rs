@@ -5,6 +5,7 @@
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
+use super::crd::conversion::Conversion;
 use super::request::{ApiRequest, Form};
 use super::status::ApiError;
 use super::{crd, response, table, ApiBody};
@@ -76,7 +77,10 @@ pub fn stored(
     stored: &ObjectRef,
 ) -> Result<Response<ApiBody>, ApiError> {
     match req.form {
-        Form::Object => Ok(response::json(code, stored.json.clone())),
+        Form::Object => match Conversion::of(&req.ctx, req.info()) {
+            Some(conversion) => Ok(response::json(code, conversion.served(&stored.json))),
+            None => Ok(response::json(code, stored.json.clone())),
+        },
         _ => object(req, code, &stored.value()),
     }
 }
@@ -101,11 +105,15 @@ pub fn list(
                 )
                 .as_bytes(),
             );
+            let conversion = Conversion::of(&req.ctx, info);
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                out.extend_from_slice(&item.json);
+                match &conversion {
+                    Some(conversion) => out.extend_from_slice(&conversion.served(&item.json)),
+                    None => out.extend_from_slice(&item.json),
+                }
             }
             out.extend_from_slice(b"]}");
             Ok(response::json(StatusCode::OK, out))

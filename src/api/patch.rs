@@ -6,6 +6,8 @@
 use http::Response;
 use serde_json::Value;
 
+use crate::api::crd::conversion::Conversion;
+
 use super::patch_format::{self, PatchKind};
 use super::request::ApiRequest;
 use super::status::{ApiError, Cause};
@@ -73,7 +75,10 @@ fn plan(
         }
         return Err(ApiError::not_found(info, name));
     };
-    let old = current.value();
+    let mut old = current.value();
+    if let Some(conversion) = Conversion::of(&req.ctx, info) {
+        conversion.to_request(&mut old);
+    }
     let mut patched = if kind == PatchKind::Apply {
         ownership::applied(req, Some(&old), patch)?
     } else {

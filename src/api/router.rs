@@ -94,7 +94,7 @@ where
         return metrics::respond(&ctx.metrics, &ctx.store);
     }
     if path.starts_with("/openapi") || path.starts_with("/swagger") {
-        return openapi::respond(&path, &accept)
+        return openapi::respond(&path, &accept, &ctx.custom_kinds)
             .unwrap_or_else(|| ApiError::NoRoute.into_response());
     }
     if let Some(resp) = oidc::respond(&ctx, &path) {

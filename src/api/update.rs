@@ -6,6 +6,8 @@
 use http::Response;
 use serde_json::Value;
 
+use crate::api::crd::conversion::Conversion;
+
 use super::request::ApiRequest;
 use super::status::{ApiError, Gr};
 use super::write::{self, OnConflict, Plan};
@@ -63,8 +65,12 @@ fn plan(
             });
         }
     }
+    let mut old = current.value();
+    if let Some(conversion) = Conversion::of(&req.ctx, info) {
+        conversion.to_request(&mut old);
+    }
     Ok(Plan::Replace {
-        old: current.value(),
+        old,
         wanted: object.clone(),
         // A resourceVersion in the body is a precondition: never retried past.
         on_conflict: if client_rv.is_none() {

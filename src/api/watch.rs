@@ -39,6 +39,8 @@ struct Renderer {
     include: IncludeObject,
     /// The custom kind `info` is a version of (its Tables print its columns).
     custom: Option<std::sync::Arc<crate::api::crd::kind::CustomKind>>,
+    /// Objects stored in another version of the custom kind are sent in the watched one.
+    conversion: Option<crate::api::crd::conversion::Conversion>,
 }
 
 impl Renderer {
@@ -48,7 +50,10 @@ impl Renderer {
         line.extend_from_slice(kind.as_bytes());
         line.extend_from_slice(b"\",\"object\":");
         match self.form {
-            Form::Object => line.extend_from_slice(&object.json),
+            Form::Object => match &self.conversion {
+                Some(conversion) => line.extend_from_slice(&conversion.served(&object.json)),
+                None => line.extend_from_slice(&object.json),
+            },
             Form::Table(v) => {
                 let value = object.value();
                 let rv = object.resource_version.to_string();
@@ -212,6 +217,7 @@ pub async fn watch(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError> {
         form: req.form,
         include: req.query.include()?,
         custom: req.ctx.custom_kinds.of(req.info()),
+        conversion: crate::api::crd::conversion::Conversion::of(&req.ctx, req.info()),
     };
     // Like upstream, 0 means "the server's default", a random 30–60 minutes so that watches
     // reconnect spread out over time.

@@ -119,6 +119,20 @@ pub fn validate(name: &str, object: &Value) -> Vec<Cause> {
             &["Cluster", "Namespaced"],
         )),
     }
+    match text(object, "/spec/conversion/strategy") {
+        "" | "None" => {}
+        // Objects are only ever converted by rewriting apiVersion (`conversion`): a definition
+        // that needs a webhook to convert would be served wrongly, so it is refused.
+        "Webhook" => out.push(Cause::forbidden(
+            "spec.conversion.strategy",
+            "conversion webhooks are not supported by this server; only \"None\" conversion is",
+        )),
+        other => out.push(not_supported(
+            "spec.conversion.strategy",
+            &json!(other),
+            &["None", "Webhook"],
+        )),
+    }
     names(object, &mut out);
     versions(object, &mut out);
     out

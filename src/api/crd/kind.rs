@@ -42,6 +42,9 @@ pub struct Version {
     /// The version objects are stored in (exactly one per kind).
     pub storage: bool,
     pub schema: Option<Arc<Schema>>,
+    /// The `openAPIV3Schema` as stored, with its descriptions (the OpenAPI documents publish
+    /// it).
+    pub openapi: Option<Arc<Value>>,
     pub columns: Vec<PrinterColumn>,
     pub scale: Option<ScalePaths>,
     /// How the router and the verbs see this version.
@@ -99,10 +102,12 @@ impl CustomKind {
         let mut versions = Vec::new();
         for v in crd.pointer("/spec/versions")?.as_array()? {
             let name = text(v, "/name")?;
-            let schema = v.pointer("/schema/openAPIV3Schema").map(|raw| {
+            let raw = v.pointer("/schema/openAPIV3Schema");
+            let schema = raw.map(|raw| {
                 let mut causes = Vec::new();
                 Arc::new(Schema::parse(raw, "", &mut causes))
             });
+            let openapi = raw.map(|raw| Arc::new(raw.clone()));
             let status = v.pointer("/subresources/status").is_some();
             let scale = v.pointer("/subresources/scale").map(|s| ScalePaths {
                 spec_replicas: text(s, "/specReplicasPath").unwrap_or_default(),
@@ -131,6 +136,7 @@ impl CustomKind {
                 storage: v.get("storage").and_then(Value::as_bool).unwrap_or(false),
                 name,
                 schema,
+                openapi,
                 columns,
                 scale,
                 info,

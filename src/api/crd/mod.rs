@@ -8,11 +8,13 @@
 //! - `validate`, `prune`: a custom object's validation, defaulting and pruning;
 //! - `rules`: `x-kubernetes-validations` (CEL), compiled with the schema, evaluated on writes;
 //! - `objects`: where a custom object's write plugs into the write step;
-//! - `columns`: `additionalPrinterColumns` in Tables.
+//! - `columns`: `additionalPrinterColumns` in Tables;
+//! - `conversion`: objects stored in the storage version, served in the requested one.
 //!
 //! docs/crds.md describes what is served and what is left out.
 
 pub(crate) mod columns;
+pub(crate) mod conversion;
 pub(crate) mod definition;
 pub(crate) mod kind;
 pub(crate) mod objects;

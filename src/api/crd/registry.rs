@@ -113,6 +113,13 @@ impl CustomKinds {
         })
     }
 
+    /// Every custom kind, ordered by group and plural (for the OpenAPI documents).
+    pub fn kinds(&self) -> Vec<Arc<CustomKind>> {
+        let mut out: Vec<Arc<CustomKind>> = self.kinds.fresh().by_key.values().cloned().collect();
+        out.sort_by(|a, b| (&a.group, &a.plural).cmp(&(&b.group, &b.plural)));
+        out
+    }
+
     /// Every served version of every custom kind, for discovery.
     pub fn served(&self) -> Vec<&'static ResourceInfo> {
         let kinds = self.kinds.fresh();

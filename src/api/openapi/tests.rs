@@ -3,8 +3,18 @@ use http_body_util::BodyExt;
 use super::*;
 use crate::kube::resources::RESOURCES;
 
+fn no_custom_kinds() -> CustomKinds {
+    CustomKinds::new(std::sync::Arc::new(crate::kube::store::Store::new(
+        Default::default(),
+    )))
+}
+
 fn get(path: &str, accept: &str) -> (StatusCode, String, Bytes) {
-    let resp = respond(path, accept).expect("openapi path");
+    get_with(path, accept, &no_custom_kinds())
+}
+
+fn get_with(path: &str, accept: &str, kinds: &CustomKinds) -> (StatusCode, String, Bytes) {
+    let resp = respond(path, accept, kinds).expect("openapi path");
     let status = resp.status();
     let ct = resp.headers()[header::CONTENT_TYPE]
         .to_str()
@@ -92,8 +102,8 @@ fn v3_lists_every_served_group_version() {
     }
     let (status, _, _) = get("/openapi/v3/apis/nope/v1", "application/json");
     assert_eq!(status, StatusCode::NOT_FOUND);
-    assert!(respond("/openapi", "").is_none());
-    assert!(respond("/api/v1", "").is_none());
+    assert!(respond("/openapi", "", &no_custom_kinds()).is_none());
+    assert!(respond("/api/v1", "", &no_custom_kinds()).is_none());
 }
 
 #[test]
@@ -152,4 +162,97 @@ fn lookup_agrees_with_json_pointer() {
     ] {
         assert_eq!(lookup(&doc, pointer), doc.pointer(pointer), "{pointer}");
     }
+}
+
+/// A registry serving `widgets.example.com` in v1 and v2 (v2 not served), with descriptions.
+fn widget_kinds() -> (std::sync::Arc<crate::kube::store::Store>, CustomKinds) {
+    use crate::kube::mutation::Mutation;
+    use crate::kube::object::ObjectKey;
+    let store = std::sync::Arc::new(crate::kube::store::Store::new(Default::default()));
+    let kinds = CustomKinds::new(store.clone());
+    let schema = json!({"openAPIV3Schema": {"type": "object", "description": "A widget.",
+        "properties": {"spec": {"type": "object", "properties": {
+            "color": {"type": "string", "description": "The colour.", "enum": ["red"]}}}}}});
+    store
+        .apply(Mutation::Create {
+            key: ObjectKey::new(crate::api::crd::CRDS, "", "widgets.example.com"),
+            object: json!({"apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": "widgets.example.com", "uid": "u1"},
+                "spec": {"group": "example.com", "scope": "Namespaced",
+                    "names": {"plural": "widgets", "kind": "Widget"},
+                    "versions": [
+                        {"name": "v1", "served": true, "storage": true, "schema": schema},
+                        {"name": "v2", "served": false, "storage": false, "schema": schema}]},
+                "status": {"conditions": [{"type": "Established", "status": "True"}]}}),
+            requires_open_namespace: false,
+        })
+        .expect("create");
+    (store, kinds)
+}
+
+#[test]
+fn custom_kinds_get_a_document_per_served_group_version() {
+    let (store, kinds) = widget_kinds();
+    let (_, _, body) = get_with("/openapi/v3", "application/json", &kinds);
+    let root: Value = serde_json::from_slice(&body).unwrap();
+    let url = root["paths"]["apis/example.com/v1"]["serverRelativeURL"]
+        .as_str()
+        .expect("the custom group version is listed")
+        .to_string();
+    assert!(
+        root["paths"].get("apis/example.com/v2").is_none(),
+        "not served"
+    );
+    assert!(
+        root["paths"].get("api/v1").is_some(),
+        "built-in documents stay"
+    );
+    let (status, _, body) = get_with(&url, "application/json", &kinds);
+    assert_eq!(status, StatusCode::OK);
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    let widget = &doc["components"]["schemas"]["com.example.v1.Widget"];
+    assert_eq!(
+        widget["x-kubernetes-group-version-kind"],
+        json!([{"group": "example.com", "version": "v1", "kind": "Widget"}])
+    );
+    assert_eq!(widget["description"], "A widget.");
+    assert_eq!(
+        widget["properties"]["spec"]["properties"]["color"]["description"],
+        "The colour."
+    );
+    let meta = widget["properties"]["metadata"]["allOf"][0]["$ref"]
+        .as_str()
+        .expect("metadata refers to ObjectMeta");
+    let meta = meta.strip_prefix("#/components/schemas/").unwrap();
+    assert!(doc["components"]["schemas"].get(meta).is_some());
+    assert!(doc["components"]["schemas"]
+        .get("com.example.v1.WidgetList")
+        .is_some());
+    // kubectl leaves field validation to the server when the patch operation lists it.
+    let patch =
+        &doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"];
+    assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Widget");
+    assert!(patch["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "fieldValidation"));
+
+    // The document follows the registry: the definition gone, so is the document.
+    store
+        .apply(crate::kube::mutation::Mutation::Delete {
+            key: crate::kube::object::ObjectKey::new(
+                crate::api::crd::CRDS,
+                "",
+                "widgets.example.com",
+            ),
+            precondition: Default::default(),
+        })
+        .expect("delete");
+    let (_, _, body) = get_with("/openapi/v3", "application/json", &kinds);
+    let root: Value = serde_json::from_slice(&body).unwrap();
+    assert!(root["paths"].get("apis/example.com/v1").is_none());
+    let (status, _, _) = get_with(&url, "application/json", &kinds);
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }

@@ -32,6 +32,8 @@ mod replace;
 use http::{Response, StatusCode};
 use serde_json::Value;
 
+use crate::api::crd::conversion::Conversion;
+
 use self::admission::Operation;
 use super::request::ApiRequest;
 use super::status::ApiError;
@@ -218,8 +220,11 @@ async fn commit(req: &ApiRequest, mutation: Mutation) -> Result<ObjectRef, Write
 async fn over(
     req: &ApiRequest,
     current: &ObjectRef,
-    object: Value,
+    mut object: Value,
 ) -> Result<ObjectRef, WriteError> {
+    if let Some(conversion) = Conversion::of(&req.ctx, req.info()) {
+        conversion.to_storage(&mut object);
+    }
     commit(
         req,
         Mutation::Update {

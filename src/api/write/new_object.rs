@@ -14,6 +14,8 @@
 use serde_json::Value;
 
 use super::admission::webhook::{self, Op};
+use crate::api::crd::conversion::Conversion;
+
 use super::admission::{self, Operation};
 use super::Written;
 use crate::api::barrier::{self, Barrier};
@@ -163,6 +165,9 @@ async fn create_from(
                 .into());
             }
             return Ok(Written::DryRun(candidate));
+        }
+        if let Some(conversion) = Conversion::of(&req.ctx, info) {
+            conversion.to_storage(&mut candidate);
         }
         let key = ObjectKey::new(info.store_key(), namespace.clone(), name.clone());
         let result = super::commit(
