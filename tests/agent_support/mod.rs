@@ -70,8 +70,13 @@ impl Agent {
             // policy rules and pod routes would fight. tests/agent_proxy.rs and
             // tests/agent_netpol.rs test them in namespaces.
             .arg("--disable-proxy")
-            .arg("--disable-network-policy")
-            .args(&self.extra)
+            .arg("--disable-network-policy");
+        // The tests' agents would all want kubelet's port 10250: it is off unless a test
+        // asks for a port of its own.
+        if !self.extra.iter().any(|a| a == "--kubelet-port") {
+            cmd.arg("--kubelet-port").arg("0");
+        }
+        cmd.args(&self.extra)
             .env_remove("LITEK8S_TOKEN")
             .env_remove("NOTIFY_SOCKET")
             .env(

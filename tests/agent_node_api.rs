@@ -1,0 +1,389 @@
+//! The node's own API, apart from the tunnel: the node port (kubelet's 10250, here a free
+//! port given with `--kubelet-port`) over TLS with the node's serving certificate from the
+//! cluster CA, its callers authenticated and authorized through the API server as kubelet's
+//! webhook mode does (a service account's token reviewed, a client certificate, anonymous;
+//! 401 and 403 with a body naming what was refused), serving what metrics-server scrapes
+//! and the same routes the tunnel serves. One server, one agent, one real pod (the
+//! requirements of tests/agent_pods.rs apply; `LITEK8S_SKIP_CONTAINERS=1` skips when they
+//! are missing).
+
+mod agent_support;
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_support::{read_dir, Agent};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use support::images::{busybox_image, oci_archive};
+use support::{free_port, runtime, Api, Server};
+
+const SKIP_ENV: &str = "LITEK8S_SKIP_CONTAINERS";
+const IMAGE: &str = "litek8s.test/busybox:1";
+const RUNTIME_ROOT: &str = "/run/litek8s";
+/// Hang guards, not performance assertions.
+const GUARD: Duration = Duration::from_secs(60);
+
+fn missing_tools() -> Vec<String> {
+    let mut missing = Vec::new();
+    if !nix::unistd::geteuid().is_root() {
+        missing.push("root".to_string());
+    }
+    let on_path = |tool: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
+    };
+    if !on_path("runc") && !on_path("crun") {
+        missing.push("runc or crun".into());
+    }
+    for tool in ["conmon", "ip"] {
+        if !on_path(tool) {
+            missing.push(tool.into());
+        }
+    }
+    if !Path::new("/usr/lib/cni/bridge").exists() {
+        missing.push("containernetworking-plugins".into());
+    }
+    missing
+}
+
+/// Kills what the agent started and removes its mounts and bridge, even when a test fails.
+struct Cleanup {
+    node_dir: PathBuf,
+    root: PathBuf,
+    bridge: String,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for pod in read_dir(&self.node_dir.join("pods")) {
+            for container in read_dir(&pod.join("containers")) {
+                if let Some(pid) = std::fs::read_to_string(container.join("conmon.pid"))
+                    .ok()
+                    .and_then(|p| p.trim().parse::<i32>().ok())
+                {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                let id = container.file_name().unwrap_or_default().to_owned();
+                for rt in ["runc", "crun"] {
+                    let _ = Command::new(rt)
+                        .arg(format!("--root={RUNTIME_ROOT}/{rt}"))
+                        .args(["delete", "--force"])
+                        .arg(&id)
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status();
+                }
+            }
+        }
+        let root = self.root.to_string_lossy().into_owned();
+        let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+            .filter(|m| m.starts_with(&root))
+            .collect();
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in mounts {
+            let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+struct Setup {
+    server: Server,
+    agent: Agent,
+    port: u16,
+    _cleanup: Cleanup,
+}
+
+fn start(agent_args: &[&str]) -> Option<Setup> {
+    let missing = missing_tools();
+    if !missing.is_empty() {
+        if std::env::var(SKIP_ENV).as_deref() == Ok("1") {
+            eprintln!("skipping: missing {}", missing.join(", "));
+            return None;
+        }
+        panic!(
+            "node API tests need {} (tests/run-all.sh installs them, or set {SKIP_ENV}=1)",
+            missing.join(", ")
+        );
+    }
+    let pid = std::process::id();
+    let bridge = format!("lk8n{}", pid % 1_000_000);
+    let cidr = format!("10.{}.{}.0/24", 200 + (pid % 10), pid % 250);
+    let server = Server::start(&["--cluster-cidr", &cidr]);
+    let token = std::fs::read_to_string(server.data_dir.join("join-token"))
+        .expect("join-token")
+        .trim()
+        .to_string();
+    let port = free_port();
+    let port_text = port.to_string();
+    let mut args = vec!["--cni-bridge", &bridge, "--kubelet-port", &port_text];
+    args.extend_from_slice(agent_args);
+    let agent = Agent::new("n1", &server.url(), Some(&token), &args);
+    let cleanup = Cleanup {
+        node_dir: agent.node_dir.clone(),
+        root: agent.root.clone(),
+        bridge,
+    };
+    let images = agent.node_dir.join("images");
+    std::fs::create_dir_all(&images).expect("images dir");
+    std::fs::write(
+        images.join("busybox.tar"),
+        oci_archive(&[(Some(IMAGE), &busybox_image())]),
+    )
+    .expect("write the test image");
+    let mut agent = agent;
+    agent.start();
+    Some(Setup {
+        server,
+        agent,
+        port,
+        _cleanup: cleanup,
+    })
+}
+
+async fn apply(api: &Api, path: &str, object: Value) {
+    let resp = api.post_json(path, &object).await.expect("POST");
+    assert!(
+        resp.status == 201 || resp.status == 200,
+        "{path}: {} {}",
+        resp.status,
+        resp.text()
+    );
+}
+
+/// A service account `name` bound to a ClusterRole of `nodes/<subresources>`; its token.
+async fn account(api: &Api, name: &str, subresources: &[&str]) -> String {
+    apply(
+        api,
+        "/api/v1/namespaces/default/serviceaccounts",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}),
+    )
+    .await;
+    let resources: Vec<String> = subresources.iter().map(|s| format!("nodes/{s}")).collect();
+    apply(
+        api,
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": name},
+               "rules": [{"apiGroups": [""], "resources": resources, "verbs": ["get", "create"]}]}),
+    )
+    .await;
+    apply(
+        api,
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "default"}]}),
+    )
+    .await;
+    let resp = api
+        .post_json(
+            &format!("/api/v1/namespaces/default/serviceaccounts/{name}/token"),
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+        )
+        .await
+        .expect("token");
+    assert_eq!(resp.status, 201, "{}", resp.text());
+    resp.json()["status"]["token"]
+        .as_str()
+        .expect("a token")
+        .to_string()
+}
+
+/// One GET to the node port with a client certificate (`cert`, `key` PEM).
+async fn get_with_cert(
+    addr: SocketAddr,
+    ca: &Path,
+    cert: &str,
+    key: &str,
+    path: &str,
+) -> (u16, String) {
+    let pem = std::fs::read(ca).expect("ca");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut pem.as_slice()) {
+        roots.add(c.expect("ca cert")).expect("add CA");
+    }
+    let chain = rustls_pemfile::certs(&mut cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("cert");
+    let key = rustls_pemfile::private_key(&mut key.as_bytes())
+        .expect("key")
+        .expect("a key");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("client identity");
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake with a client certificate");
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .expect("HTTP handshake");
+    tokio::spawn(connection);
+    let req = http::Request::get(path)
+        .header("host", addr.to_string())
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let resp = sender.send_request(req).await.expect("answer");
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+async fn wait_running(api: &Api, agent: &Agent, name: &str) {
+    let deadline = Instant::now() + GUARD;
+    loop {
+        let p = api
+            .get(&format!("/api/v1/namespaces/default/pods/{name}"))
+            .await
+            .expect("GET")
+            .json();
+        if p["status"]["containerStatuses"][0]["state"]["running"].is_object() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pod {name} never ran: {:#}\nagent log:\n{}",
+            p["status"],
+            agent.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn the_node_port_authenticates_authorizes_and_serves_the_tunnels_routes() {
+    let Some(mut setup) = start(&[]) else { return };
+    setup
+        .agent
+        .wait_for_log("node port listening", Duration::from_secs(30));
+    let addr = SocketAddr::from(([127, 0, 0, 1], setup.port));
+    let ca = setup.server.ca_cert();
+    let admin = setup.server.api();
+    // The serving certificate chains to the cluster CA and names the node's IP: a client
+    // verifying it against the CA connects by address.
+    let node_port = |token: Option<&str>| Api::new(addr, &ca, token.map(str::to_string));
+    let other = support::node_credentials(&setup.server, "n2");
+    let rt = runtime();
+    rt.block_on(async {
+        apply(
+            &admin,
+            "/api/v1/namespaces/default/pods",
+            agent_support::pod(
+                "talker",
+                IMAGE,
+                &["sh", "-c", "echo hello-node-port; exec sleep 3600"],
+                0,
+                json!({}),
+            ),
+        )
+        .await;
+        wait_running(&admin, &setup.agent, "talker").await;
+
+        // Anonymous: authenticated as system:anonymous, which may not use the node.
+        let resp = node_port(None).get("/healthz").await.expect("GET");
+        assert_eq!(resp.status, 403, "{}", resp.text());
+        assert!(
+            resp.text()
+                .contains("user=system:anonymous, verb=get, resource=nodes, subresource=proxy"),
+            "{}",
+            resp.text()
+        );
+        // A token the API server does not know.
+        let resp = node_port(Some("not-a-token"))
+            .get("/stats/summary")
+            .await
+            .expect("GET");
+        assert_eq!(resp.status, 401, "{}", resp.text());
+
+        // What metrics-server is granted (stats and metrics) is all it gets.
+        let scraper = account(&admin, "scraper", &["stats", "metrics"]).await;
+        let resp = node_port(Some(&scraper))
+            .get("/metrics/resource")
+            .await
+            .expect("GET");
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        let metrics = resp.text();
+        for name in [
+            "node_cpu_usage_seconds_total",
+            "node_memory_working_set_bytes",
+            "scrape_error 0",
+        ] {
+            assert!(metrics.contains(name), "{name} in\n{metrics}");
+        }
+        assert!(
+            metrics.contains("pod=\"talker\""),
+            "the running pod in\n{metrics}"
+        );
+        let resp = node_port(Some(&scraper))
+            .get("/stats/summary")
+            .await
+            .expect("GET");
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        assert_eq!(resp.json()["node"]["nodeName"], "n1");
+        let resp = node_port(Some(&scraper)).get("/pods").await.expect("GET");
+        assert_eq!(resp.status, 403, "{}", resp.text());
+        assert!(resp.text().contains("subresource=proxy"), "{}", resp.text());
+
+        // nodes/proxy reaches the pods and their logs, kubelet's paths.
+        let operator = account(&admin, "operator", &["proxy"]).await;
+        let resp = node_port(Some(&operator)).get("/pods").await.expect("GET");
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        assert_eq!(resp.json()["items"][0]["metadata"]["name"], "talker");
+        let resp = node_port(Some(&operator))
+            .get("/containerLogs/default/talker/c")
+            .await
+            .expect("GET");
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        assert_eq!(resp.text(), "hello-node-port\n");
+        let resp = node_port(Some(&operator))
+            .get("/containerLogs/default/nobody/c")
+            .await
+            .expect("GET");
+        assert_eq!(resp.status, 404, "{}", resp.text());
+
+        // A client certificate of the cluster CA names its user: another node's may not.
+        let (status, body) =
+            get_with_cert(addr, &ca, &other.cert_pem, &other.key_pem, "/pods").await;
+        assert_eq!(status, 403, "{body}");
+        assert!(body.contains("user=system:node:n2"), "{body}");
+
+        // The tunnel serves the same routes: the API's node proxy reaches the new ones.
+        let resp = admin
+            .get("/api/v1/nodes/n1/proxy/metrics/resource")
+            .await
+            .expect("GET");
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        assert!(resp.text().contains("node_cpu_usage_seconds_total"));
+
+        // The Node advertises the port.
+        let node = agent_support::node(&admin, "n1").await.expect("the Node");
+        assert_eq!(
+            node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"],
+            setup.port
+        );
+    });
+}
