@@ -387,3 +387,125 @@ fn the_node_port_authenticates_authorizes_and_serves_the_tunnels_routes() {
         );
     });
 }
+
+/// Bytes and names of the files in `dir`.
+fn files(dir: &Path) -> Vec<(String, u64)> {
+    let mut found: Vec<(String, u64)> = read_dir(dir)
+        .into_iter()
+        .map(|p| {
+            let size = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+            (
+                p.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned(),
+                size,
+            )
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn container_logs_rotate_within_their_cap_and_follow_goes_on_in_the_new_file() {
+    const MAX_SIZE: u64 = 64 << 10;
+    const MAX_FILES: usize = 3;
+    let Some(setup) = start(&[
+        "--container-log-max-size",
+        "64Ki",
+        "--container-log-max-files",
+        "3",
+    ]) else {
+        return;
+    };
+    let admin = setup.server.api();
+    // 40 bursts of 1,000 numbered lines (about 60 KiB each), a fifth of a second apart:
+    // some 2.4 MiB, over 12 times what the cap of 3 files of 64 KiB allows.
+    let writer = "sleep 2; b=0; while [ $b -lt 40 ]; do i=0; while [ $i -lt 1000 ]; do echo \"line $((b*1000+i)) padding-padding-padding\"; i=$((i+1)); done; b=$((b+1)); sleep 0.2; done; echo end-of-writing; exec sleep 3600";
+    let rt = runtime();
+    rt.block_on(async {
+        apply(
+            &admin,
+            "/api/v1/namespaces/default/pods",
+            agent_support::pod("writer", IMAGE, &["sh", "-c", writer], 0, json!({})),
+        )
+        .await;
+        wait_running(&admin, &setup.agent, "writer").await;
+    });
+    // `kubectl logs -f` from before the first rotation to the end of the writing.
+    let kubectl = agent_support::KUBECTLS[1];
+    let mut follow = Command::new(kubectl)
+        .arg("--kubeconfig")
+        .arg(setup.server.kubeconfig_path())
+        .args(["logs", "-f", "writer"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl logs -f");
+    let stdout = follow.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let end = line == "end-of-writing";
+            if tx.send(line).is_err() || end {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + GUARD;
+    let mut numbers = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("logs -f stopped after {} lines", numbers.len()));
+        if line == "end-of-writing" {
+            break;
+        }
+        if let Some(n) = line
+            .strip_prefix("line ")
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            numbers.push(n);
+        }
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    // Every line, in order, across every rotation.
+    let expected: Vec<u64> = (0..40_000).collect();
+    assert!(
+        numbers == expected,
+        "logs -f read {} lines, first gap after {:?}",
+        numbers.len(),
+        numbers.windows(2).find(|w| w[1] != w[0] + 1)
+    );
+
+    // The next check leaves at most 3 files: the one written, the newest rotated one plain,
+    // older ones compressed.
+    std::thread::sleep(Duration::from_millis(2500));
+    let log_dir = read_dir(&setup.agent.node_dir.join("logs"))
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains("_writer_"))
+        .expect("the writer's log directory")
+        .join("c");
+    let found = files(&log_dir);
+    let total: u64 = found.iter().map(|(_, s)| s).sum();
+    eprintln!("after ~2.4 MiB written: {found:?}, {total} bytes");
+    assert!(found.len() <= MAX_FILES, "{found:?}");
+    assert!(found.iter().any(|(n, _)| n.ends_with(".gz")), "{found:?}");
+    // What one check period lets a writer add on top of the size, at this writer's pace.
+    let bound = MAX_FILES as u64 * (MAX_SIZE + (400 << 10));
+    assert!(total <= bound, "{total} > {bound}: {found:?}");
+    // The last lines are in the plain files (the one written or the newest rotated one):
+    // compression never touches a file a reader may still be in.
+    let plain: String = found
+        .iter()
+        .filter(|(n, _)| !n.ends_with(".gz"))
+        .map(|(n, _)| std::fs::read_to_string(log_dir.join(n)).unwrap_or_default())
+        .collect();
+    assert!(plain.contains(" F end-of-writing\n"), "{found:?}");
+}

@@ -512,6 +512,15 @@ pub async fn run_until(
             match start_pods(&settings, &api, info, &state, &pods_machine, counts2, &stop).await {
                 // The tunnel serves logs, exec and port-forward of the pods run here.
                 Ok((runtime, sandboxes)) => {
+                    // Each running container's log kept within its size and count.
+                    tokio::spawn(super::runtime::log_rotation::run(
+                        runtime.clone(),
+                        super::runtime::log_rotation::Policy {
+                            max_size: settings.container_log_max_size,
+                            max_files: settings.container_log_max_files,
+                        },
+                        stop.clone(),
+                    ));
                     let deps = Arc::new(StreamsDeps {
                         runtime,
                         sandboxes,
