@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_support::{read_dir, Agent};
+use agent_support::{missing_pod_tools, read_dir, Agent, PodCleanup};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -26,92 +26,18 @@ use support::{free_port, runtime, Api, Server};
 
 const SKIP_ENV: &str = "LITEK8S_SKIP_CONTAINERS";
 const IMAGE: &str = "litek8s.test/busybox:1";
-const RUNTIME_ROOT: &str = "/run/litek8s";
 /// Hang guards, not performance assertions.
 const GUARD: Duration = Duration::from_secs(60);
-
-fn missing_tools() -> Vec<String> {
-    let mut missing = Vec::new();
-    if !nix::unistd::geteuid().is_root() {
-        missing.push("root".to_string());
-    }
-    let on_path = |tool: &str| {
-        std::env::var_os("PATH")
-            .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
-    };
-    if !on_path("runc") && !on_path("crun") {
-        missing.push("runc or crun".into());
-    }
-    for tool in ["conmon", "ip"] {
-        if !on_path(tool) {
-            missing.push(tool.into());
-        }
-    }
-    if !Path::new("/usr/lib/cni/bridge").exists() {
-        missing.push("containernetworking-plugins".into());
-    }
-    missing
-}
-
-/// Kills what the agent started and removes its mounts and bridge, even when a test fails.
-struct Cleanup {
-    node_dir: PathBuf,
-    root: PathBuf,
-    bridge: String,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for pod in read_dir(&self.node_dir.join("pods")) {
-            for container in read_dir(&pod.join("containers")) {
-                if let Some(pid) = std::fs::read_to_string(container.join("conmon.pid"))
-                    .ok()
-                    .and_then(|p| p.trim().parse::<i32>().ok())
-                {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                let id = container.file_name().unwrap_or_default().to_owned();
-                for rt in ["runc", "crun"] {
-                    let _ = Command::new(rt)
-                        .arg(format!("--root={RUNTIME_ROOT}/{rt}"))
-                        .args(["delete", "--force"])
-                        .arg(&id)
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null())
-                        .status();
-                }
-            }
-        }
-        let root = self.root.to_string_lossy().into_owned();
-        let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-            .filter(|m| m.starts_with(&root))
-            .collect();
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in mounts {
-            let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
-        }
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.bridge])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
 
 struct Setup {
     server: Server,
     agent: Agent,
     port: u16,
-    _cleanup: Cleanup,
+    _cleanup: PodCleanup,
 }
 
 fn start(agent_args: &[&str]) -> Option<Setup> {
-    let missing = missing_tools();
+    let missing = missing_pod_tools();
     if !missing.is_empty() {
         if std::env::var(SKIP_ENV).as_deref() == Ok("1") {
             eprintln!("skipping: missing {}", missing.join(", "));
@@ -135,7 +61,7 @@ fn start(agent_args: &[&str]) -> Option<Setup> {
     let mut args = vec!["--cni-bridge", &bridge, "--kubelet-port", &port_text];
     args.extend_from_slice(agent_args);
     let agent = Agent::new("n1", &server.url(), Some(&token), &args);
-    let cleanup = Cleanup {
+    let cleanup = PodCleanup {
         node_dir: agent.node_dir.clone(),
         root: agent.root.clone(),
         bridge,
