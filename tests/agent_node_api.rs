@@ -11,7 +11,7 @@ mod agent_support;
 mod support;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,9 +48,12 @@ fn start(agent_args: &[&str]) -> Option<Setup> {
             missing.join(", ")
         );
     }
+    // The tests of this file run at once: each its own bridge and pod network.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let pid = std::process::id();
-    let bridge = format!("lk8n{}", pid % 1_000_000);
-    let cidr = format!("10.{}.{}.0/24", 200 + (pid % 10), pid % 250);
+    let bridge = format!("lk8n{}x{n}", pid % 100_000);
+    let cidr = format!("10.{}.{}.0/24", 200 + n % 10, pid % 250);
     let server = Server::start(&["--cluster-cidr", &cidr]);
     let token = std::fs::read_to_string(server.data_dir.join("join-token"))
         .expect("join-token")
