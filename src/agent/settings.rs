@@ -692,6 +692,9 @@ mod tests {
         assert!(s.token.is_none());
         assert_eq!(s.lease_duration, Duration::from_secs(40));
         assert_eq!(s.log_dir, PathBuf::from("/tmp/x/logs"));
+        assert_eq!(s.kubelet_port, 10250);
+        assert_eq!(s.container_log_max_size, 10 << 20);
+        assert_eq!(s.container_log_max_files, 5);
         assert_eq!(s.cni_bridge, "litek8s0");
         assert_eq!(s.cluster_cidr.to_string(), "10.42.0.0/16");
         assert!(s.proxy);
@@ -747,6 +750,27 @@ mod tests {
                     ..flags()
                 },
                 "--server",
+            ),
+            (
+                AgentFlags {
+                    container_log_max_size: Some("10Mx".into()),
+                    ..flags()
+                },
+                "--container-log-max-size",
+            ),
+            (
+                AgentFlags {
+                    container_log_max_size: Some("100".into()),
+                    ..flags()
+                },
+                "--container-log-max-size",
+            ),
+            (
+                AgentFlags {
+                    container_log_max_files: Some(1),
+                    ..flags()
+                },
+                "--container-log-max-files",
             ),
             (
                 AgentFlags {
