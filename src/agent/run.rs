@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::api::ApiClient;
 use super::dns::{self, DnsSettings, ZoneSettings};
 use super::images::{ImageSettings, Images};
+use super::join::CredentialFiles;
 use super::join::{self, JoinError};
 use super::node::lease::LeaseRenewer;
 use super::node::machine::{Machine, Sources};
@@ -32,6 +33,7 @@ use super::pods::{self, PodCounts, PodsDeps, PodsSettings};
 use super::runtime::{self, Runtime, RuntimeKind, RuntimeSettings};
 use super::sandbox::{SandboxSettings, Sandboxes};
 use super::settings::{AgentSettings, DnsListen, RuntimeChoice};
+use super::streams::node_port::NodePort;
 use super::streams::StreamsDeps;
 use crate::failover::{discovery, health, Failover, StateFile};
 use crate::http_client::{TlsError, Transport};
@@ -381,6 +383,7 @@ pub async fn run_until(
     };
     servers.on_members(&joined.servers);
     let tls = joined.credentials.tls()?;
+    let ca_pem = joined.credentials.ca_pem.clone();
     let api = ApiClient::new(&tls, servers.clone());
 
     let check_every = settings.server_check_interval;
@@ -413,6 +416,7 @@ pub async fn run_until(
         node: NodeSpecifics {
             name: settings.node_name.clone(),
             ip: settings.node_ip,
+            kubelet_port: settings.kubelet_port,
             labels: settings.labels.clone(),
             taints: settings.taints.clone(),
             reserved: settings.system_reserved,
@@ -508,15 +512,39 @@ pub async fn run_until(
             match start_pods(&settings, &api, info, &state, &pods_machine, counts2, &stop).await {
                 // The tunnel serves logs, exec and port-forward of the pods run here.
                 Ok((runtime, sandboxes)) => {
+                    // Each running container's log kept within its size and count.
+                    tokio::spawn(super::runtime::log_rotation::run(
+                        runtime.clone(),
+                        super::runtime::log_rotation::Policy {
+                            max_size: settings.container_log_max_size,
+                            max_files: settings.container_log_max_files,
+                        },
+                        stop.clone(),
+                    ));
+                    let deps = Arc::new(StreamsDeps {
+                        runtime,
+                        sandboxes,
+                        node_name: settings.node_name.clone(),
+                    });
                     tokio::spawn(super::streams::tunnel::run(
                         api.clone(),
                         tls,
                         settings.node_name.clone(),
-                        Arc::new(StreamsDeps {
-                            runtime,
-                            sandboxes,
-                            node_name: settings.node_name.clone(),
-                        }),
+                        deps.clone(),
+                        stop.clone(),
+                    ));
+                    // The same routes on kubelet's port, for tools that dial nodes.
+                    let node_port = NodePort {
+                        port: settings.kubelet_port,
+                        api: api.clone(),
+                        node_name: settings.node_name.clone(),
+                        node_ip: settings.node_ip,
+                        ca_pem,
+                        files: CredentialFiles::in_node_dir(&settings.node_dir),
+                    };
+                    tokio::spawn(super::streams::node_port::run(
+                        node_port,
+                        deps,
                         stop.clone(),
                     ));
                 }

@@ -60,7 +60,21 @@ pub struct AgentFlags {
     pub cluster_domain: Option<String>,
     /// `--dns-listen`: where the cluster DNS responder listens.
     pub dns_listen: Option<String>,
+    /// `--kubelet-port` (default [`DEFAULT_KUBELET_PORT`]; 0: off).
+    pub kubelet_port: Option<u16>,
+    /// `--container-log-max-size` (default [`DEFAULT_CONTAINER_LOG_MAX_SIZE`]).
+    pub container_log_max_size: Option<String>,
+    /// `--container-log-max-files` (default [`DEFAULT_CONTAINER_LOG_MAX_FILES`]).
+    pub container_log_max_files: Option<u32>,
 }
+
+/// The node port unless `--kubelet-port` says otherwise (kubelet's).
+pub const DEFAULT_KUBELET_PORT: u16 = 10250;
+/// When a container's log is rotated unless `--container-log-max-size` says otherwise.
+pub const DEFAULT_CONTAINER_LOG_MAX_SIZE: &str = "10Mi";
+/// The files a container's log keeps (the current one included) unless
+/// `--container-log-max-files` says otherwise (kubelet's defaults, both).
+pub const DEFAULT_CONTAINER_LOG_MAX_FILES: u32 = 5;
 
 /// The `kube-dns` Service's ClusterIP unless `--cluster-dns` says otherwise (k3s's).
 pub const DEFAULT_CLUSTER_DNS: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 43, 0, 10));
@@ -197,6 +211,12 @@ pub struct AgentSettings {
     /// `cluster.local`: lower case, without dots at the ends.
     pub cluster_domain: String,
     pub dns_listen: DnsListen,
+    /// The node port (0: off).
+    pub kubelet_port: u16,
+    /// A container's log file is rotated past this many bytes.
+    pub container_log_max_size: u64,
+    /// Files a container's log keeps, the one written included (at least 2).
+    pub container_log_max_files: u32,
 }
 
 impl std::fmt::Debug for AgentSettings {
@@ -260,6 +280,10 @@ pub enum SettingsError {
     ClusterDomain(String),
     #[error("--dns-listen {0:?}: expected IP, IP:PORT, or 0 to turn the responder off")]
     DnsListen(String),
+    #[error("--container-log-max-size {given:?}: {reason}")]
+    LogMaxSize { given: String, reason: String },
+    #[error("--container-log-max-files {0}: at least 2 (the file written and one rotated)")]
+    LogMaxFiles(u32),
 }
 
 impl AgentSettings {
@@ -385,7 +409,30 @@ impl AgentSettings {
             return Err(SettingsError::ClusterDomain(domain));
         }
         let dns_listen = parse_dns_listen(flags.dns_listen.as_deref())?;
+        let max_size_text = flags
+            .container_log_max_size
+            .as_deref()
+            .unwrap_or(DEFAULT_CONTAINER_LOG_MAX_SIZE);
+        let container_log_max_size = parse_quantity(max_size_text, 1)
+            .and_then(|n| {
+                (n >= 1024)
+                    .then_some(n)
+                    .ok_or_else(|| "at least 1Ki".to_string())
+            })
+            .map_err(|reason| SettingsError::LogMaxSize {
+                given: max_size_text.to_string(),
+                reason,
+            })?;
+        let container_log_max_files = flags
+            .container_log_max_files
+            .unwrap_or(DEFAULT_CONTAINER_LOG_MAX_FILES);
+        if container_log_max_files < 2 {
+            return Err(SettingsError::LogMaxFiles(container_log_max_files));
+        }
         Ok(AgentSettings {
+            kubelet_port: flags.kubelet_port.unwrap_or(DEFAULT_KUBELET_PORT),
+            container_log_max_size,
+            container_log_max_files,
             server,
             token,
             cluster_cidr,
@@ -645,6 +692,9 @@ mod tests {
         assert!(s.token.is_none());
         assert_eq!(s.lease_duration, Duration::from_secs(40));
         assert_eq!(s.log_dir, PathBuf::from("/tmp/x/logs"));
+        assert_eq!(s.kubelet_port, 10250);
+        assert_eq!(s.container_log_max_size, 10 << 20);
+        assert_eq!(s.container_log_max_files, 5);
         assert_eq!(s.cni_bridge, "litek8s0");
         assert_eq!(s.cluster_cidr.to_string(), "10.42.0.0/16");
         assert!(s.proxy);
@@ -700,6 +750,27 @@ mod tests {
                     ..flags()
                 },
                 "--server",
+            ),
+            (
+                AgentFlags {
+                    container_log_max_size: Some("10Mx".into()),
+                    ..flags()
+                },
+                "--container-log-max-size",
+            ),
+            (
+                AgentFlags {
+                    container_log_max_size: Some("100".into()),
+                    ..flags()
+                },
+                "--container-log-max-size",
+            ),
+            (
+                AgentFlags {
+                    container_log_max_files: Some(1),
+                    ..flags()
+                },
+                "--container-log-max-files",
             ),
             (
                 AgentFlags {

@@ -134,6 +134,19 @@ pub struct AgentArgs {
     /// podCIDR, where the Service rules send the cluster DNS ClusterIP].
     #[arg(long, value_name = "ADDR")]
     pub dns_listen: Option<String>,
+
+    /// The node API's port (kubelet's: metrics-server and other tools that dial nodes
+    /// directly), HTTPS with the node's serving certificate; 0 turns it off.
+    #[arg(long, value_name = "PORT", default_value_t = 10250)]
+    pub kubelet_port: u16,
+
+    /// A container's log file is rotated when it grows past this size (a quantity: 10Mi).
+    #[arg(long, value_name = "QUANTITY", default_value = "10Mi")]
+    pub container_log_max_size: String,
+
+    /// The files a container's log keeps, the one being written included (at least 2).
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub container_log_max_files: u32,
 }
 
 impl AgentArgs {
@@ -166,6 +179,9 @@ impl AgentArgs {
             cluster_dns: self.cluster_dns,
             cluster_domain: self.cluster_domain,
             dns_listen: self.dns_listen,
+            kubelet_port: Some(self.kubelet_port),
+            container_log_max_size: Some(self.container_log_max_size),
+            container_log_max_files: Some(self.container_log_max_files),
         })?)
     }
 

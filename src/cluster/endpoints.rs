@@ -16,12 +16,15 @@ use super::join_token::ClusterSecret;
 use super::member::Member;
 use super::membership;
 use super::node::{ClusterNode, Leadership};
-use super::node_credential::{self, NodeCredential, NodeCredentialRequest};
+use super::node_credential::{
+    self, NodeCredential, NodeCredentialRequest, ServingCertificate, ServingRequest, NODES_GROUP,
+    NODE_USER_PREFIX,
+};
 use super::peer::PeerError;
 use super::protocol::{
     api_paths, paths, ApiServers, JoinBundle, JoinRequest, MembershipReply, RemoveRequest,
 };
-use crate::api::{response, ApiBody};
+use crate::api::{response, ApiBody, UserInfo};
 
 /// How long a join may take (a learner catching up with a large store included).
 const JOIN_TIMEOUT: Duration = Duration::from_secs(90);
@@ -58,7 +61,8 @@ fn json<T: serde::Serialize>(value: &T) -> Response<ApiBody> {
 impl ClusterEndpoints {
     /// Whether `path` is one of these endpoints.
     pub fn owns(path: &str) -> bool {
-        path == api_paths::CACERTS || path.starts_with("/litek8s/v1/")
+        path == api_paths::CACERTS
+            || (path.starts_with("/litek8s/v1/") && path != api_paths::NODE_SERVING_CERTIFICATE)
     }
 
     /// Answers a request for one of these endpoints (`owns` was true). `tls` says whether the
@@ -130,6 +134,56 @@ impl ClusterEndpoints {
         match &self.servers {
             Servers::Member(node) => Some(node),
             Servers::Single { .. } => None,
+        }
+    }
+
+    /// A node agent's serving certificate, for `user`, the authenticated caller: only a
+    /// node (`system:node:<name>` in `system:nodes`) gets one, for its own name.
+    pub async fn serving_certificate(
+        &self,
+        req: Request<Incoming>,
+        user: &UserInfo,
+    ) -> Response<ApiBody> {
+        let node_name = match user.name.strip_prefix(NODE_USER_PREFIX) {
+            Some(name) if user.groups.iter().any(|g| g == NODES_GROUP) => name.to_string(),
+            _ => {
+                return text(
+                    StatusCode::FORBIDDEN,
+                    &format!(
+                        "{:?} is not a node: only a node certificate gets a serving certificate",
+                        user.name
+                    ),
+                )
+            }
+        };
+        let body = match Limited::new(req.into_body(), 64 << 10).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => return text(StatusCode::BAD_REQUEST, &format!("reading the body: {e}")),
+        };
+        let request = match serde_json::from_slice::<ServingRequest>(&body) {
+            Ok(request) => request,
+            Err(e) => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    &format!("serving certificate request: {e}"),
+                )
+            }
+        };
+        match node_credential::sign_serving(&self.ca_cert, &self.ca_key, &node_name, &request) {
+            Ok(certificate) => {
+                tracing::info!(
+                    component = "server",
+                    node = %node_name,
+                    addresses = ?request.addresses,
+                    "issued a node serving certificate"
+                );
+                json(&ServingCertificate { certificate })
+            }
+            Err(e) if e.is_bad_request() => text(StatusCode::BAD_REQUEST, &e.to_string()),
+            Err(e) => {
+                tracing::error!(component = "server", "{e}");
+                text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
+            }
         }
     }
 

@@ -16,12 +16,29 @@
 //! used: the subject is decided here from `nodeName`, whatever the request asked for. Every
 //! request gets a new certificate; an earlier one for the same name stays valid until it
 //! expires (nothing revokes certificates yet: docs/agent.md, Joining).
+//!
+//! The node's serving certificate, for the node API its agent serves on the kubelet port, is
+//! asked for with the node certificate (`POST /litek8s/v1/node-serving-certificate` on the
+//! agent's ordinary API connection; the node's name is the authenticated user's, never the
+//! request's), as k3s's servers sign their agents' kubelet serving certificates:
+//!
+//! ```json
+//! {"csr": "-----BEGIN CERTIFICATE REQUEST-----...", "addresses": ["10.0.0.5", "n1"]}
+//! {"certificate": "-----BEGIN CERTIFICATE-----..."}
+//! ```
+//!
+//! It names `system:node:<name>` in `system:nodes` (as a `kubernetes.io/kubelet-serving`
+//! certificate does), for server authentication only, with the node's name and the addresses
+//! asked for (IPs and DNS names) as its subject alternative names. The addresses are the
+//! node's word: a node certificate is trusted as far as a join token is (docs/agent.md).
 
 use chrono::{Datelike, Duration as Days, Utc};
 use rand::RngCore;
+use std::net::IpAddr;
+
 use rcgen::{
-    CertificateParams, CertificateSigningRequestParams, DnType, ExtendedKeyUsagePurpose, KeyPair,
-    KeyUsagePurpose, SerialNumber,
+    CertificateParams, CertificateSigningRequestParams, DnType, ExtendedKeyUsagePurpose, Ia5String,
+    KeyPair, KeyUsagePurpose, SanType, SerialNumber,
 };
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +71,26 @@ pub struct NodeCredential {
     pub servers: Vec<String>,
 }
 
+/// The agent's request for its serving certificate.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServingRequest {
+    /// PEM `CERTIFICATE REQUEST` of the serving key (only its public key is used).
+    pub csr: String,
+    /// The node's IPs and DNS names the certificate is for (the node's name is added).
+    #[serde(default)]
+    pub addresses: Vec<String>,
+}
+
+/// The server's answer to a [`ServingRequest`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServingCertificate {
+    /// PEM serving certificate.
+    pub certificate: String,
+}
+
+/// The most addresses a serving certificate names.
+const MAX_ADDRESSES: usize = 16;
+
 /// Why a request was refused or could not be signed.
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialError {
@@ -63,6 +100,9 @@ pub enum CredentialError {
     /// Not a readable CSR, or its signature does not verify.
     #[error("the certificate signing request is unusable: {0}")]
     BadCsr(String),
+    /// A subject alternative name that is neither an IP nor a DNS name, or too many.
+    #[error("serving certificate address {0:?}: must be an IP address or a DNS name (at most {MAX_ADDRESSES})")]
+    BadAddress(String),
     /// The server's own CA could not sign (a damaged ca.key).
     #[error("signing the node certificate: {0}")]
     Signing(String),
@@ -73,7 +113,9 @@ impl CredentialError {
     pub fn is_bad_request(&self) -> bool {
         matches!(
             self,
-            CredentialError::BadName(_) | CredentialError::BadCsr(_)
+            CredentialError::BadName(_)
+                | CredentialError::BadCsr(_)
+                | CredentialError::BadAddress(_)
         )
     }
 }
@@ -98,13 +140,77 @@ pub fn sign(
     if !is_node_name(&request.node_name) {
         return Err(CredentialError::BadName(request.node_name.clone()));
     }
-    if request.csr.len() > MAX_CSR {
+    issue(
+        ca_cert_pem,
+        ca_key_pem,
+        &request.node_name,
+        &request.csr,
+        Vec::new(),
+        ExtendedKeyUsagePurpose::ClientAuth,
+    )
+}
+
+/// Signs the serving certificate of node `node_name` (the authenticated caller) for the
+/// request's key and addresses.
+pub fn sign_serving(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    node_name: &str,
+    request: &ServingRequest,
+) -> Result<String, CredentialError> {
+    if !is_node_name(node_name) {
+        return Err(CredentialError::BadName(node_name.to_string()));
+    }
+    if request.addresses.len() > MAX_ADDRESSES {
+        return Err(CredentialError::BadAddress(format!(
+            "{} addresses",
+            request.addresses.len()
+        )));
+    }
+    let mut sans = vec![SanType::DnsName(
+        Ia5String::try_from(node_name).map_err(|e| CredentialError::BadName(e.to_string()))?,
+    )];
+    for address in &request.addresses {
+        let san = if let Ok(ip) = address.parse::<IpAddr>() {
+            SanType::IpAddress(ip)
+        } else if crate::api::validation::is_dns1123_subdomain(address) {
+            SanType::DnsName(
+                Ia5String::try_from(address.as_str())
+                    .map_err(|_| CredentialError::BadAddress(address.clone()))?,
+            )
+        } else {
+            return Err(CredentialError::BadAddress(address.clone()));
+        };
+        if !sans.contains(&san) {
+            sans.push(san);
+        }
+    }
+    issue(
+        ca_cert_pem,
+        ca_key_pem,
+        node_name,
+        &request.csr,
+        sans,
+        ExtendedKeyUsagePurpose::ServerAuth,
+    )
+}
+
+/// A certificate for `system:node:<node_name>` in `system:nodes` with the CSR's public key.
+fn issue(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    node_name: &str,
+    csr_pem: &str,
+    sans: Vec<SanType>,
+    usage: ExtendedKeyUsagePurpose,
+) -> Result<String, CredentialError> {
+    if csr_pem.len() > MAX_CSR {
         return Err(CredentialError::BadCsr(format!(
             "longer than {MAX_CSR} bytes"
         )));
     }
     // Parsing verifies the request's signature with the public key it carries.
-    let csr = CertificateSigningRequestParams::from_pem(&request.csr)
+    let csr = CertificateSigningRequestParams::from_pem(csr_pem)
         .map_err(|e| CredentialError::BadCsr(e.to_string()))?;
     let signing = |e: rcgen::Error| CredentialError::Signing(e.to_string());
     let ca_key = KeyPair::from_pem(ca_key_pem).map_err(signing)?;
@@ -115,12 +221,17 @@ pub fn sign(
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(signing)?;
     params
         .distinguished_name
-        .push(DnType::CommonName, node_user(&request.node_name));
+        .push(DnType::CommonName, node_user(node_name));
     params
         .distinguished_name
         .push(DnType::OrganizationName, NODES_GROUP);
+    params.subject_alt_names = sans;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    if usage == ExtendedKeyUsagePurpose::ServerAuth {
+        // RSA keys exchange keys by encipherment under TLS 1.2.
+        params.key_usages.push(KeyUsagePurpose::KeyEncipherment);
+    }
+    params.extended_key_usages = vec![usage];
     params.use_authority_key_identifier_extension = true;
     let from = Utc::now() - Days::days(1);
     let until = Utc::now() + Days::days(VALID_DAYS);
@@ -193,6 +304,50 @@ mod tests {
         let (_, ca) = x509_parser::pem::parse_x509_pem(ca_pem.as_bytes()).unwrap();
         let ca = ca.parse_x509().unwrap();
         assert!(cert.verify_signature(Some(ca.public_key())).is_ok());
+    }
+
+    #[test]
+    fn serving_certificates_name_the_node_and_its_addresses() {
+        let (ca_pem, ca_key) = ca();
+        let key = KeyPair::generate().unwrap();
+        let request = ServingRequest {
+            csr: csr(&key, "system:admin"),
+            addresses: vec!["10.0.0.5".into(), "n1".into(), "node-1.example".into()],
+        };
+        let pem = sign_serving(&ca_pem, &ca_key, "n1", &request).unwrap();
+        let der = rustls_pemfile::certs(&mut pem.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap();
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+        let cn = cert.subject().iter_common_name().next().unwrap();
+        assert_eq!(cn.as_str().unwrap(), "system:node:n1");
+        let sans = cert.subject_alternative_name().unwrap().unwrap();
+        let names: Vec<String> = sans
+            .value
+            .general_names
+            .iter()
+            .map(|n| format!("{n:?}"))
+            .collect();
+        assert_eq!(names.len(), 3, "the node's name once: {names:?}");
+        let eku = cert.extended_key_usage().unwrap().unwrap().value;
+        assert!(eku.server_auth && !eku.client_auth);
+
+        for bad in ["a b", "Upper", "x_y"] {
+            let request = ServingRequest {
+                csr: csr(&key, "x"),
+                addresses: vec![bad.into()],
+            };
+            let err = sign_serving(&ca_pem, &ca_key, "n1", &request).unwrap_err();
+            assert!(err.is_bad_request(), "{bad:?}: {err}");
+        }
+        let many = ServingRequest {
+            csr: csr(&key, "x"),
+            addresses: (0..17).map(|i| format!("10.0.0.{i}")).collect(),
+        };
+        assert!(sign_serving(&ca_pem, &ca_key, "n1", &many)
+            .unwrap_err()
+            .is_bad_request());
     }
 
     #[test]

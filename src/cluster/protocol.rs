@@ -31,6 +31,10 @@ pub mod api_paths {
     /// A node agent's client certificate for the join secret (`cluster::node_credential`);
     /// served by every server, single or member.
     pub const NODE_CREDENTIAL: &str = "/litek8s/v1/node-credential";
+    /// A node agent's serving certificate for its node certificate
+    /// (`cluster::node_credential`): authenticated as API requests are, so the transport
+    /// hands it over after authentication instead of with the other endpoints.
+    pub const NODE_SERVING_CERTIFICATE: &str = "/litek8s/v1/node-serving-certificate";
     /// What a joiner needs before it can start (secret-authenticated).
     pub const BUNDLE: &str = "/litek8s/v1/bundle";
     pub const JOIN: &str = "/litek8s/v1/join";

@@ -20,6 +20,7 @@ use crate::audit::{Auditor, TeeBody};
 use crate::cluster::endpoints::ClusterEndpoints;
 use crate::cluster::forward::{self, Routed};
 use crate::cluster::node::Leadership;
+use crate::cluster::protocol::api_paths;
 use crate::streams::tunnel;
 
 /// What every connection task shares.
@@ -82,6 +83,9 @@ impl Dispatch {
                 });
             }
         };
+        if req.uri().path() == api_paths::NODE_SERVING_CERTIFICATE {
+            return Ok(self.cluster.serving_certificate(req, &user).await);
+        }
         if req.uri().path() == tunnel::PATH {
             let name = node.map_or(&self.ctx.settings.server_name, |n| &n.me.name);
             return Ok(tunnel::accept(

@@ -70,8 +70,13 @@ impl Agent {
             // policy rules and pod routes would fight. tests/agent_proxy.rs and
             // tests/agent_netpol.rs test them in namespaces.
             .arg("--disable-proxy")
-            .arg("--disable-network-policy")
-            .args(&self.extra)
+            .arg("--disable-network-policy");
+        // The tests' agents would all want kubelet's port 10250: it is off unless a test
+        // asks for a port of its own.
+        if !self.extra.iter().any(|a| a == "--kubelet-port") {
+            cmd.arg("--kubelet-port").arg("0");
+        }
+        cmd.args(&self.extra)
             .env_remove("LITEK8S_TOKEN")
             .env_remove("NOTIFY_SOCKET")
             .env(
@@ -313,4 +318,78 @@ pub fn pod(
         }
     }
     pod
+}
+
+/// What tests running real pods need (root, a runtime, conmon, `ip`, the CNI plugins), missing.
+pub fn missing_pod_tools() -> Vec<String> {
+    let mut missing = Vec::new();
+    if !nix::unistd::geteuid().is_root() {
+        missing.push("root".to_string());
+    }
+    let on_path = |tool: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
+    };
+    if !on_path("runc") && !on_path("crun") {
+        missing.push("runc or crun".into());
+    }
+    for tool in ["conmon", "ip"] {
+        if !on_path(tool) {
+            missing.push(tool.into());
+        }
+    }
+    if !Path::new("/usr/lib/cni/bridge").exists() {
+        missing.push("containernetworking-plugins".into());
+    }
+    missing
+}
+
+/// Kills what the agent started and removes its mounts and bridge, even when a test fails.
+pub struct PodCleanup {
+    pub node_dir: PathBuf,
+    pub root: PathBuf,
+    pub bridge: String,
+}
+
+impl Drop for PodCleanup {
+    fn drop(&mut self) {
+        for pod in read_dir(&self.node_dir.join("pods")) {
+            for container in read_dir(&pod.join("containers")) {
+                if let Some(pid) = std::fs::read_to_string(container.join("conmon.pid"))
+                    .ok()
+                    .and_then(|p| p.trim().parse::<i32>().ok())
+                {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                let id = container.file_name().unwrap_or_default().to_owned();
+                for rt in ["runc", "crun"] {
+                    let _ = Command::new(rt)
+                        .arg(format!("--root=/run/litek8s/{rt}"))
+                        .args(["delete", "--force"])
+                        .arg(&id)
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status();
+                }
+            }
+        }
+        let root = self.root.to_string_lossy().into_owned();
+        let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+            .filter(|m| m.starts_with(&root))
+            .collect();
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in mounts {
+            let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .stderr(Stdio::null())
+            .status();
+    }
 }

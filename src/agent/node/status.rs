@@ -12,7 +12,8 @@
 //!   threshold by default) and Ready (False, `KubeletNotReady`, while the container runtime
 //!   reports a problem). `lastTransitionTime` changes only with the status;
 //!   `lastHeartbeatTime` is the time of the write.
-//! - addresses InternalIP and Hostname, `daemonEndpoints.kubeletEndpoint.Port` 10250,
+//! - addresses InternalIP and Hostname, `daemonEndpoints.kubeletEndpoint.Port` (the node port,
+//!   `--kubelet-port`),
 //!   nodeInfo (machine and boot ids, kernel, OS image, architecture, the runtime's version,
 //!   `kubeletVersion` the API's Kubernetes version).
 //!
@@ -27,8 +28,6 @@ use super::machine::{Machine, Sample};
 use crate::agent::settings::{EvictionHard, Reserved, Threshold};
 use crate::controllers::taints::Taint;
 
-/// The kubelet port the Node advertises (`daemonEndpoints.kubeletEndpoint.Port`).
-pub const KUBELET_PORT: u16 = 10250;
 /// Pods per node, kubelet's default `maxPods`.
 pub const MAX_PODS: u64 = 110;
 /// The Kubernetes version this agent implements, as the API reports it.
@@ -57,6 +56,8 @@ pub struct NodeSpecifics {
     pub reserved: Reserved,
     pub eviction: EvictionHard,
     pub runtime: RuntimeInfo,
+    /// The node port the Node advertises (`daemonEndpoints.kubeletEndpoint.Port`).
+    pub kubelet_port: u16,
 }
 
 fn cpu(millis: u64) -> String {
@@ -267,7 +268,7 @@ pub fn status(node: &NodeSpecifics, machine: &Machine, conditions: Value) -> Val
             {"type": "InternalIP", "address": node.ip.to_string()},
             {"type": "Hostname", "address": node.name},
         ],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": node.kubelet_port}},
         "nodeInfo": {
             "machineID": machine.machine_id,
             "systemUUID": machine.system_uuid,
@@ -349,6 +350,7 @@ mod tests {
         NodeSpecifics {
             name: "n1".into(),
             ip: "10.0.0.5".parse().unwrap(),
+            kubelet_port: 10250,
             labels: BTreeMap::from([("tier".to_string(), "web".to_string())]),
             taints: vec![Taint {
                 key: "dedicated".into(),

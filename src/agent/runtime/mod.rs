@@ -18,7 +18,8 @@
 //!   or attached to `kubectl exec` ([`Runtime::exec_attached`]), with a terminal from `pty`.
 //! - `attach`: a client of conmon's attach socket, for `kubectl attach` ([`Runtime::attach`]).
 //! - `container`: the record on disk and the state derived from it.
-//! - `layout`: where all of it lives; `logs`: reading the CRI log files.
+//! - `layout`: where all of it lives; `logs`: reading the CRI log files; `log_rotation`:
+//!   keeping them within `--container-log-max-size` × `--container-log-max-files`.
 //! - `pleg`: the 1 s relist that turns state changes into per-pod events.
 
 pub(crate) mod attach;
@@ -29,6 +30,7 @@ pub mod detect;
 mod error;
 mod exec;
 pub(crate) mod layout;
+pub mod log_rotation;
 pub mod logs;
 pub(crate) mod oci;
 pub mod pleg;

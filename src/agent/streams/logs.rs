@@ -5,7 +5,9 @@
 //! older lines, `tailLines` keeps the last lines (read from the file's end, so a huge log
 //! costs what the tail costs), `limitBytes` stops the stream after that many bytes.
 //!
-//! `follow` keeps reading as the file grows (checked every [`FOLLOW_POLL`]) and ends when
+//! `follow` keeps reading as the file grows (checked every [`FOLLOW_POLL`]), goes on in the
+//! new file when the one read was rotated (its path names another file: the old one is
+//! read to its end first, the writer having moved on), and ends when
 //! the container has exited and its file is read to the end, when a newer instance's file
 //! appears, or when the client goes away. Bytes go out through a small channel, so a client
 //! that does not read stops the reader (memory stays bounded).
@@ -246,6 +248,14 @@ pub fn stream(
         if tx.is_closed() {
             return Ok(());
         }
+        if rotated(path, reader.get_ref()) {
+            follow_tail(&mut reader, opts, &mut out).map_err(io)?;
+            if !send(&mut out, &mut left) {
+                return Ok(());
+            }
+            reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
+            continue;
+        }
         if idle_since.elapsed() >= EXIT_CHECK && last_exit_check.elapsed() >= EXIT_CHECK {
             last_exit_check = Instant::now();
             let newer = path
@@ -259,6 +269,16 @@ pub fn stream(
             }
         }
         std::thread::sleep(FOLLOW_POLL);
+    }
+}
+
+/// Whether `path` now names another file than `open` (the log was rotated and the writer
+/// made a new one; no file there yet, between the two, is not a rotation yet).
+fn rotated(path: &Path, open: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(path), open.metadata()) {
+        (Ok(now), Ok(reading)) => now.ino() != reading.ino() || now.dev() != reading.dev(),
+        _ => false,
     }
 }
 

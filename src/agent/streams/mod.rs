@@ -2,7 +2,13 @@
 //! to its server (`tunnel`), on which it serves, as an HTTP/2 server, what the server asks
 //! for its pods: a container's log (`logs`), exec sessions (`exec`), attach sessions
 //! (`attach`), connections to a pod's ports (`portforward`), HTTP requests to a pod
-//! (`proxy`), and the node's own `healthz` and stats summary (`proxy`, `stats`).
+//! (`proxy`), and the node's own endpoints (`node`: `healthz`, the stats summary of `stats`,
+//! `metrics/resource`, `pods`, `containerLogs`).
+//!
+//! The same router ([`handle`]) serves the node port (`node_port`, kubelet's 10250 for tools
+//! that dial nodes directly), after that port authenticated and authorized the caller through
+//! the API server (`webhook`); requests through the tunnel come already authorized by the
+//! server.
 //!
 //! Requests name the pod by namespace and name in the path and by uid in a header; the agent
 //! serves only what it finds on this node for that exact pod instance (its log directory,
@@ -11,10 +17,13 @@
 pub(crate) mod attach;
 pub(crate) mod exec;
 pub(crate) mod logs;
+pub(crate) mod node;
+pub(crate) mod node_port;
 pub(crate) mod portforward;
 pub(crate) mod proxy;
 pub(crate) mod stats;
 pub(crate) mod tunnel;
+pub(crate) mod webhook;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -104,7 +113,10 @@ pub async fn handle(
 ) -> Result<Response<ApiBody>, Infallible> {
     let path = req.uri().path().to_string();
     if let Some(rest) = path.strip_prefix("/nodeproxy") {
-        return Ok(proxy::node(&deps, rest));
+        return Ok(node::serve(&deps, &req, rest));
+    }
+    if node::owns(&path) {
+        return Ok(node::serve(&deps, &req, &path));
     }
     let mut parts = path.trim_start_matches('/').splitn(5, '/');
     let (kind, ns, name) = (

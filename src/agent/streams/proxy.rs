@@ -1,7 +1,6 @@
 //! The agent's end of the proxies (`crate::streams::proxy`): an HTTP request to one of this
 //! node's pods (`/podproxy/<ns>/<pod>/<port>/<rest>`, the pod's uid in a header), sent to
-//! the pod's IP from the node, and the node's own endpoints (`/nodeproxy/<rest>`): `healthz`
-//! and `stats/summary`.
+//! the pod's IP from the node.
 //!
 //! The pod's address comes from its sandbox on this node, found by uid and checked against
 //! the namespace and name, so a request reaches only a pod of this node, never an address
@@ -142,46 +141,4 @@ where
         let _ = connection.await;
     });
     sender.send_request(req).await.map_err(|e| e.to_string())
-}
-
-/// The node's own endpoints.
-pub fn node(deps: &StreamsDeps, rest: &str) -> Response<ApiBody> {
-    let path = rest.split('?').next().unwrap_or("");
-    match path {
-        "/healthz" => text(StatusCode::OK, "ok"),
-        "/metrics" => {
-            let scraped = crate::agent::metrics::Scraped {
-                node_name: &deps.node_name,
-                runtime: &deps.runtime,
-                sandboxes: &deps.sandboxes,
-            };
-            let body = crate::agent::metrics::render(&crate::agent::metrics::METRICS, &scraped);
-            let mut resp = text(StatusCode::OK, &body);
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-            );
-            resp
-        }
-        "/stats/summary" => {
-            let summary = super::stats::summary(deps);
-            let mut resp = text(StatusCode::OK, &summary.to_string());
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            resp
-        }
-        _ => text(StatusCode::NOT_FOUND, "404 page not found\n"),
-    }
-}
-
-fn text(code: StatusCode, body: &str) -> Response<ApiBody> {
-    let mut resp = Response::new(crate::api::response::body(body.to_string()));
-    *resp.status_mut() = code;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp
 }
