@@ -9,6 +9,7 @@ use super::cluster_ip::ClusterIpAllocator;
 use super::crd::CustomKinds;
 use super::metrics::ApiMetrics;
 use super::node_port::NodePortAllocator;
+use super::write::admission::PodSecurityConfig;
 use crate::auth::rbac::Authorizer;
 use crate::auth::service_account::ServiceAccountTokens;
 use crate::kube::store::Store;
@@ -56,6 +57,8 @@ pub struct ApiContext {
     /// The custom kinds served, derived from the store's CustomResourceDefinitions (shared
     /// likewise).
     pub custom_kinds: Arc<CustomKinds>,
+    /// The PodSecurity plugin's defaults and exemptions (`--admission-control-config-file`).
+    pub pod_security: Arc<PodSecurityConfig>,
 }
 
 impl ApiContext {
@@ -77,6 +80,7 @@ impl ApiContext {
             service_accounts: None,
             streams: Arc::default(),
             metrics: Arc::new(ApiMetrics::default()),
+            pod_security: Arc::default(),
         }
     }
 
@@ -98,12 +102,19 @@ impl ApiContext {
             streams: self.streams.clone(),
             metrics: self.metrics.clone(),
             custom_kinds: self.custom_kinds.clone(),
+            pod_security: self.pod_security.clone(),
         }
     }
 
     /// Issues and checks service-account tokens with `tokens`.
     pub fn with_service_accounts(mut self, tokens: Arc<ServiceAccountTokens>) -> Self {
         self.service_accounts = Some(tokens);
+        self
+    }
+
+    /// Configures the PodSecurity plugin.
+    pub fn with_pod_security(mut self, config: Arc<PodSecurityConfig>) -> Self {
+        self.pod_security = config;
         self
     }
 
