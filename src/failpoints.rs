@@ -12,6 +12,7 @@
 //! | `raft_log::write_delay` | path of a control file | every Raft log write first waits as many milliseconds as the file holds, while it exists (`storage::io::DelayedIo`) |
 //! | `cluster_rpc::lose_propose_reply` | count N | the first N proposals forwarded to this leader are applied, but answered as failed |
 //! | `bootstrap::delay` | milliseconds | a new leader waits that long before its first pass over the bootstrap objects |
+//! | `node_credential::lifetime` | seconds | the node certificates this server issues at join expire that long after issue (instead of in a year), so a test sees the agent renew its own |
 //!
 //! An unknown name or a value that does not parse stops the process at start (a test that
 //! arms a fault must not pass because the fault never happened).
@@ -28,9 +29,19 @@ mod armed {
     pub const WRITE_DELAY: &str = "raft_log::write_delay";
     pub const LOSE_PROPOSE_REPLY: &str = "cluster_rpc::lose_propose_reply";
     pub const BOOTSTRAP_DELAY: &str = "bootstrap::delay";
-    const KNOWN: [&str; 3] = [WRITE_DELAY, LOSE_PROPOSE_REPLY, BOOTSTRAP_DELAY];
+    pub const NODE_CREDENTIAL_LIFETIME: &str = "node_credential::lifetime";
+    const KNOWN: [&str; 4] = [
+        WRITE_DELAY,
+        LOSE_PROPOSE_REPLY,
+        BOOTSTRAP_DELAY,
+        NODE_CREDENTIAL_LIFETIME,
+    ];
     /// The fail points whose value is a number.
-    const NUMERIC: [&str; 2] = [LOSE_PROPOSE_REPLY, BOOTSTRAP_DELAY];
+    const NUMERIC: [&str; 3] = [
+        LOSE_PROPOSE_REPLY,
+        BOOTSTRAP_DELAY,
+        NODE_CREDENTIAL_LIFETIME,
+    ];
 
     /// The armed fail points, read from the environment once.
     pub fn armed() -> &'static HashMap<String, String> {
@@ -134,6 +145,18 @@ pub fn bootstrap_delay() -> Option<std::time::Duration> {
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
 pub fn bootstrap_delay() -> Option<std::time::Duration> {
+    None
+}
+
+/// `node_credential::lifetime`: how long the node certificates issued at join are valid.
+#[cfg(feature = "failpoints")]
+pub fn node_credential_lifetime() -> Option<std::time::Duration> {
+    armed::number(armed::NODE_CREDENTIAL_LIFETIME).map(std::time::Duration::from_secs)
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn node_credential_lifetime() -> Option<std::time::Duration> {
     None
 }
 

@@ -8,7 +8,9 @@
 //! - Priority: the system PriorityClasses exist, a class resolves to the pod's priority, an
 //!   unknown class is refused;
 //! - PodSecurity: a restricted namespace refuses a privileged pod with kube-apiserver's message
-//!   and warns on a Deployment; a warn-only namespace stores the pod with a warning;
+//!   and warns on a Deployment; a warn-only namespace stores the pod with a warning; the
+//!   defaults and exemptions of `--admission-control-config-file`, the AppArmor and SELinux
+//!   checks' messages, the audit level's annotations, and a bad file stopping the start;
 //! - bad input: a quota with a malformed (400) or negative (422) quantity, a LimitRange with
 //!   min > max (422), a user PriorityClass above 1e9 (422).
 
@@ -563,4 +565,255 @@ fn pod_security_labels_refuse_and_warn() {
             stderr(&out)
         );
     }
+}
+
+const POD_SECURITY_CONFIG: &str = "apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: PodSecurity
+  configuration:
+    apiVersion: pod-security.admission.config.k8s.io/v1
+    kind: PodSecurityConfiguration
+    defaults:
+      enforce: baseline
+      audit: restricted
+    exemptions:
+      usernames: [alice]
+      runtimeClasses: [kata]
+      namespaces: [free-27, free-33]
+";
+
+/// A pod manifest in `namespace` with `extra` indented under the pod (spec lines start with
+/// `spec:`-level keys) and container `c` carrying `security` under its securityContext.
+fn pod_manifest(
+    namespace: &str,
+    name: &str,
+    annotations: &str,
+    spec: &str,
+    security: &str,
+) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {namespace}\n{annotations}spec:\n{spec}  containers:\n  - name: c\n    image: busybox\n    securityContext:\n{security}"
+    )
+}
+
+#[test]
+fn pod_security_defaults_exemptions_apparmor_selinux_and_audit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("admission.yaml");
+    std::fs::write(&config, POD_SECURITY_CONFIG).unwrap();
+    let tokens = tmp.path().join("tokens.csv");
+    std::fs::write(
+        &tokens,
+        "alice-token-0123456789,alice,1001,\"system:masters\"\n",
+    )
+    .unwrap();
+    let policy = tmp.path().join("audit-policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n  resources:\n  - group: \"\"\n    resources: [pods]\n",
+    )
+    .unwrap();
+    let log = tmp.path().join("audit.log");
+    let server = Server::start(&[
+        "--admission-control-config-file",
+        config.to_str().unwrap(),
+        "--token-auth-file",
+        tokens.to_str().unwrap(),
+        "--audit-policy-file",
+        policy.to_str().unwrap(),
+        "--audit-log-path",
+        log.to_str().unwrap(),
+    ]);
+    let kc = server.kubeconfig_path();
+    let privileged = "      privileged: true\n";
+    for binary in KUBECTLS {
+        let v = version(binary);
+        // No labels: the configured default enforces baseline.
+        let ns = format!("defaults-{v}");
+        ok(binary, &kc, &["create", "namespace", &ns]);
+        let out = apply(binary, &kc, &pod_manifest(&ns, "root", "", "", privileged));
+        assert!(!out.status.success());
+        assert!(
+            stderr(&out).contains("pods \"root\" is forbidden: violates PodSecurity \"baseline:latest\": privileged (container \"c\" must not set securityContext.privileged=true)"),
+            "{}",
+            stderr(&out)
+        );
+        // AppArmor: the annotation and the field.
+        let annotated =
+            "  annotations:\n    container.apparmor.security.beta.kubernetes.io/c: unconfined\n";
+        let out = apply(
+            binary,
+            &kc,
+            &pod_manifest(
+                &ns,
+                "apparmor",
+                annotated,
+                "",
+                "      appArmorProfile:\n        type: Unconfined\n",
+            ),
+        );
+        assert!(!out.status.success());
+        assert!(
+            stderr(&out).contains("pods \"apparmor\" is forbidden: violates PodSecurity \"baseline:latest\": forbidden AppArmor profiles (container \"c\" and annotation must not set AppArmor profile type to \"Unconfined\", \"container.apparmor.security.beta.kubernetes.io/c=\"unconfined\"\")"),
+            "{}",
+            stderr(&out)
+        );
+        // SELinux: a type outside the container types, and a user.
+        let out = apply(
+            binary,
+            &kc,
+            &pod_manifest(
+                &ns,
+                "selinux",
+                "",
+                "  securityContext:\n    seLinuxOptions:\n      type: spc_t\n",
+                "      seLinuxOptions:\n        user: system_u\n",
+            ),
+        );
+        assert!(!out.status.success());
+        assert!(
+            stderr(&out).contains("pods \"selinux\" is forbidden: violates PodSecurity \"baseline:latest\": seLinuxOptions (pod and container \"c\" set forbidden securityContext.seLinuxOptions: type \"spc_t\"; user may not be set)"),
+            "{}",
+            stderr(&out)
+        );
+        // Allowed values pass baseline; the audit level (restricted) only records.
+        let fine = pod_manifest(
+            &ns,
+            "fine",
+            "  annotations:\n    container.apparmor.security.beta.kubernetes.io/c: runtime/default\n",
+            "  securityContext:\n    seLinuxOptions:\n      type: container_t\n      level: s0:c1,c2\n",
+            "      appArmorProfile:\n        type: RuntimeDefault\n",
+        );
+        let out = apply(binary, &kc, &fine);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(!stderr(&out).contains("Warning"), "{}", stderr(&out));
+        // Exempt: a namespace, a runtime class, a user.
+        let free = format!("free-{v}");
+        ok(binary, &kc, &["create", "namespace", &free]);
+        ok(
+            binary,
+            &kc,
+            &[
+                "label",
+                "namespace",
+                &free,
+                "pod-security.kubernetes.io/enforce=restricted",
+            ],
+        );
+        let out = apply(
+            binary,
+            &kc,
+            &pod_manifest(&free, "root", "", "", privileged),
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let out = apply(
+            binary,
+            &kc,
+            &pod_manifest(&ns, "kata", "", "  runtimeClassName: kata\n", privileged),
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let manifest = pod_manifest(&ns, "alices", "", "", privileged);
+        let file = tmp.path().join(format!("alices-{v}.yaml"));
+        std::fs::write(&file, &manifest).unwrap();
+        let out = kubectl(
+            binary,
+            &kc,
+            &[
+                "--token",
+                "alice-token-0123456789",
+                "apply",
+                "-f",
+                file.to_str().unwrap(),
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    // The audit level's findings and the exemptions are in the pods' audit events.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let events = loop {
+        let events: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|e: &serde_json::Value| {
+                e["stage"] == "ResponseComplete" && e["verb"] == "create"
+            })
+            .collect();
+        if events.len() >= 12 || Instant::now() > deadline {
+            break events;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Creates name no object in their events: the pods of a namespace come in the order above.
+    let annotations = |namespace: &str, nth: usize| {
+        events
+            .iter()
+            .filter(|e| e["objectRef"]["namespace"] == namespace)
+            .nth(nth)
+            .map(|e| e["annotations"].clone())
+            .unwrap_or_else(|| panic!("no create event {nth} in {namespace}: {events:?}"))
+    };
+    for v in ["27", "33"] {
+        let fine = annotations(&format!("defaults-{v}"), 3);
+        assert_eq!(
+            fine["pod-security.kubernetes.io/enforce-policy"], "baseline:latest",
+            "{fine}"
+        );
+        let violations = fine["pod-security.kubernetes.io/audit-violations"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            violations.starts_with("would violate PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (container \"c\" must set securityContext.allowPrivilegeEscalation=false)"),
+            "{fine}"
+        );
+        let refused = annotations(&format!("defaults-{v}"), 0);
+        assert_eq!(
+            refused["pod-security.kubernetes.io/enforce-policy"], "baseline:latest",
+            "{refused}"
+        );
+        assert_eq!(
+            annotations(&format!("free-{v}"), 0)["pod-security.kubernetes.io/exempt"],
+            "namespace"
+        );
+        assert_eq!(
+            annotations(&format!("defaults-{v}"), 4)["pod-security.kubernetes.io/exempt"],
+            "runtimeClass"
+        );
+        assert_eq!(
+            annotations(&format!("defaults-{v}"), 5)["pod-security.kubernetes.io/exempt"],
+            "user"
+        );
+    }
+}
+
+#[test]
+fn a_bad_admission_configuration_stops_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("bad-admission.yaml");
+    std::fs::write(
+        &config,
+        POD_SECURITY_CONFIG.replace("enforce: baseline", "enforce: strict"),
+    )
+    .unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+    let out = std::process::Command::new("timeout")
+        .arg("30")
+        .arg(support::bin())
+        .args(["apiserver", "--listen", &addr.to_string(), "--data-dir"])
+        .arg(tmp.path().join("data"))
+        .arg("--admission-control-config-file")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "invalid admission configuration file {}: plugins[0].configuration.defaults.enforce: \"strict\" is not one of privileged, baseline, restricted",
+            config.display()
+        )),
+        "{text}"
+    );
 }

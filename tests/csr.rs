@@ -9,6 +9,9 @@
 //! - bad input: a request that is no CSR (422 with kube-apiserver's text), a signer nobody
 //!   runs (stays approved and unissued), approving without `approve` on the signer (403), a
 //!   kubelet-signer request for a subject that is no node (Failed with the signer's reason);
+//! - nodes' own requests: a node's request for its own name is approved by the approver
+//!   (`AutoApproved`, kube-controller-manager's message) and issued; its request for another
+//!   node's name stays pending;
 //! - on a 3-server cluster, a request created and approved through a follower yields a
 //!   certificate every server accepts.
 
@@ -448,5 +451,84 @@ fn the_certificate_works_against_every_server_of_a_cluster() {
             "server {i}: {}",
             stderr(&out)
         );
+    }
+}
+
+/// A `kube-apiserver-client-kubelet` request (the usages a node asks for, no duration).
+fn node_manifest(name: &str, request: &[u8]) -> String {
+    let request = base64::engine::general_purpose::STANDARD.encode(request);
+    format!(
+        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: {name}\nspec:\n  request: {request}\n  signerName: kubernetes.io/kube-apiserver-client-kubelet\n  usages: [\"digital signature\", \"client auth\"]\n"
+    )
+}
+
+#[test]
+fn a_node_gets_its_own_certificate_approved_and_not_another_nodes() {
+    let server = Server::start(&[]);
+    let admin = server.kubeconfig_path();
+    let tmp = tempfile::tempdir().unwrap();
+    for bin in KUBECTLS {
+        let v = bin.rsplit('.').next().unwrap_or("x");
+        let (n1, n2) = (format!("n1-{v}"), format!("n2-{v}"));
+        // n1's first certificate, asked for by the admin (as a join would) and approved.
+        let dir = tmp.path().join(format!("first-{v}"));
+        let (key, request) = openssl_csr(&dir, &format!("/CN=system:node:{n1}/O=system:nodes"));
+        let first = format!("first-{v}");
+        let out = create(
+            bin,
+            &admin,
+            &dir,
+            &node_manifest(&first, request.as_bytes()),
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let cert = wait_certificate(bin, &admin, &first);
+        let node = kubeconfig(&dir, &server.url(), &server.ca_cert(), &cert, &key);
+        // kubectl 1.27 asks for the SelfSubjectReview's beta version.
+        let whoami = ok(
+            KUBECTL_1_33,
+            &node,
+            &[
+                "auth",
+                "whoami",
+                "-o",
+                "jsonpath={.status.userInfo.username}",
+            ],
+        );
+        assert_eq!(whoami, format!("system:node:{n1}"));
+
+        // Renewing: n1 asks for n1 and gets it without anyone approving.
+        let dir = tmp.path().join(format!("renew-{v}"));
+        let (_, request) = openssl_csr(&dir, &format!("/CN=system:node:{n1}/O=system:nodes"));
+        let renew = format!("renew-{v}");
+        let out = create(bin, &node, &dir, &node_manifest(&renew, request.as_bytes()));
+        assert!(out.status.success(), "{}", stderr(&out));
+        wait_condition(bin, &admin, &renew, "Approved,Issued");
+        let approved = ok(
+            bin,
+            &admin,
+            &[
+                "get",
+                "csr",
+                &renew,
+                "-o",
+                "jsonpath={.status.conditions[0].reason}: {.status.conditions[0].message}",
+            ],
+        );
+        assert_eq!(
+            approved,
+            "AutoApproved: Auto approving self kubelet client certificate after SubjectAccessReview."
+        );
+
+        // n1 asking for n2's certificate is left pending.
+        let dir = tmp.path().join(format!("steal-{v}"));
+        let (_, request) = openssl_csr(&dir, &format!("/CN=system:node:{n2}/O=system:nodes"));
+        let steal = format!("steal-{v}");
+        let out = create(bin, &node, &dir, &node_manifest(&steal, request.as_bytes()));
+        assert!(out.status.success(), "{}", stderr(&out));
+        // The approver saw it long before the renewal above was issued; give it a moment more.
+        std::thread::sleep(Duration::from_secs(2));
+        let table = ok(bin, &admin, &["get", "csr", &steal]);
+        let row = table.lines().nth(1).unwrap_or_default().to_string();
+        assert_eq!(row.split_whitespace().last(), Some("Pending"), "{table}");
     }
 }

@@ -17,7 +17,7 @@ use bytes::{Bytes, BytesMut};
 use http::{header, HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -119,7 +119,9 @@ impl PatchType {
 /// The client (cheap to clone).
 #[derive(Clone)]
 pub struct ApiClient {
-    pool: Pool,
+    /// Shared by every clone, so [`ApiClient::reconnect`] reaches them all.
+    pool: Arc<RwLock<Pool>>,
+    tls: TlsConfig,
     servers: Arc<Failover>,
     /// The server the last request went to.
     in_use: Arc<Mutex<Option<String>>>,
@@ -129,11 +131,30 @@ impl ApiClient {
     /// A client presenting the credential in `tls`, over `servers`.
     pub fn new(tls: &TlsConfig, servers: Arc<Failover>) -> ApiClient {
         ApiClient {
-            // Without a bearer token a pool cannot fail to build.
-            pool: Pool::http2(tls, None).unwrap_or_else(|_| unreachable!("no bearer token")),
+            pool: Arc::new(RwLock::new(Self::pool_for(tls))),
+            tls: tls.clone(),
             servers,
             in_use: Arc::default(),
         }
+    }
+
+    fn pool_for(tls: &TlsConfig) -> Pool {
+        // Without a bearer token a pool cannot fail to build.
+        Pool::http2(tls, None).unwrap_or_else(|_| unreachable!("no bearer token"))
+    }
+
+    fn pool(&self) -> Pool {
+        self.pool.read().clone()
+    }
+
+    /// Opens new connections for the requests from now on (their handshakes present the
+    /// credential the TLS configuration holds then); requests and watches under way finish
+    /// on the connections they have. A server checks a client certificate's validity on
+    /// every request, so after the certificate is renewed the kept connections, made with
+    /// the old one, must not outlive it.
+    pub fn reconnect(&self) {
+        let fresh = Self::pool_for(&self.tls);
+        *self.pool.write() = fresh;
     }
 
     /// The server list behind this client.
@@ -221,7 +242,7 @@ impl ApiClient {
                         source,
                     }
                 })?;
-            match self.pool.send(request, REQUEST_LIMITS).await {
+            match self.pool().send(request, REQUEST_LIMITS).await {
                 Ok(answer) => {
                     self.used(&addr);
                     return Ok(Answer {
@@ -291,7 +312,7 @@ impl ApiClient {
                     source,
                 },
             )?;
-            match self.pool.stream(request, WATCH_HEAD).await {
+            match self.pool().stream(request, WATCH_HEAD).await {
                 Ok(response) => {
                     self.used(&addr);
                     let status = response.status();

@@ -119,6 +119,10 @@ impl CredentialFiles {
     pub fn key(&self) -> PathBuf {
         self.dir.join("node.key")
     }
+    /// A renewed certificate's key, until the certificate is in place.
+    fn next_key(&self) -> PathBuf {
+        self.dir.join("node.key.next")
+    }
 
     fn read(&self, path: &Path) -> Result<Option<String>, JoinError> {
         read_text_optional(path).map_err(|error| JoinError::Io {
@@ -129,6 +133,7 @@ impl CredentialFiles {
 
     /// The stored credential, if all three files are there.
     pub fn load(&self) -> Result<Option<Credentials>, JoinError> {
+        self.finish_renewal()?;
         let (ca, cert, key) = (
             self.read(&self.ca())?,
             self.read(&self.cert())?,
@@ -142,6 +147,44 @@ impl CredentialFiles {
             }),
             _ => None,
         })
+    }
+
+    /// Stores a renewed certificate and its key without a moment where the files on disk do
+    /// not make a working pair: the key goes to `node.key.next`, then the certificate
+    /// replaces `node.crt`, then the key is renamed over `node.key` (each step atomic). After
+    /// a crash in between, [`CredentialFiles::load`] finishes the renaming.
+    pub fn save_renewed(&self, credentials: &Credentials) -> Result<(), JoinError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |error| JoinError::Io { path, error }
+        };
+        let next = self.next_key();
+        write_file(&next, credentials.key_pem.as_bytes(), SECRET_MODE).map_err(io(&next))?;
+        write_file(&self.cert(), credentials.cert_pem.as_bytes(), SECRET_MODE)
+            .map_err(io(&self.cert()))?;
+        std::fs::rename(&next, self.key()).map_err(io(&self.key()))?;
+        crate::storage::fsutil::fsync_dir(&self.dir).map_err(io(&self.dir))
+    }
+
+    /// A `node.key.next` left by a renewal that stopped: renamed over `node.key` if
+    /// `node.crt` is already its certificate, removed if not.
+    fn finish_renewal(&self) -> Result<(), JoinError> {
+        let next = self.next_key();
+        let Some(key_pem) = self.read(&next)? else {
+            return Ok(());
+        };
+        let io = |path: PathBuf| move |error| JoinError::Io { path, error };
+        let cert_pem = self.read(&self.cert())?.unwrap_or_default();
+        let pair = Credentials {
+            ca_pem: String::new(),
+            cert_pem,
+            key_pem,
+        };
+        if pair.facts().is_ok_and(|f| f.matches_key) {
+            std::fs::rename(&next, self.key()).map_err(io(self.key()))
+        } else {
+            std::fs::remove_file(&next).map_err(io(next.clone()))
+        }
     }
 
     /// Writes a credential: the key first, so a crash in between leaves a key that does not
@@ -173,6 +216,8 @@ impl CredentialFiles {
 pub struct CertFacts {
     pub user: String,
     /// Unix seconds.
+    pub not_before: i64,
+    /// Unix seconds.
     pub not_after: i64,
     /// Whether it carries the stored key's public key.
     pub matches_key: bool,
@@ -197,6 +242,7 @@ impl Credentials {
         let key = KeyPair::from_pem(&self.key_pem).map_err(|e| format!("node.key: {e}"))?;
         Ok(CertFacts {
             user,
+            not_before: cert.validity().not_before.timestamp(),
             not_after: cert.validity().not_after.timestamp(),
             matches_key: cert.public_key().raw == key.public_key_der(),
         })
@@ -390,7 +436,7 @@ async fn join(addr: &str, token: &JoinToken, node_name: &str) -> Result<Joined, 
 }
 
 /// A PKCS#10 request for `key`, naming the node as its certificate will.
-fn certificate_request(key: &KeyPair, node_name: &str) -> Result<String, JoinError> {
+pub(crate) fn certificate_request(key: &KeyPair, node_name: &str) -> Result<String, JoinError> {
     let mut params =
         CertificateParams::new(Vec::<String>::new()).map_err(|e| JoinError::Key(e.to_string()))?;
     params

@@ -7,6 +7,8 @@
 //!   token's sources, labels, taints, reserved resources, intervals).
 //! - [`join`]: the node's credential in `<node-dir>/credentials/`: the CA checked against the
 //!   token's hash, a key made here, its certificate signed by a server for the token's secret.
+//! - [`cert_rotation`]: the node certificate renewed through a CertificateSigningRequest at
+//!   70–90 % of its life, swapped in without dropping connections under way.
 //! - [`api`]: the API client: HTTP/2 with the node's certificate over the server list
 //!   (`failover`, kept in `<node-dir>/servers.json`), whole answers and streaming watches.
 //! - [`node`]: the Node's registration, status (`node::status`, from `node::machine`) and
@@ -25,6 +27,7 @@
 //!   `/etc/hosts`, hostname, `resolv.conf`.
 
 pub mod api;
+pub(crate) mod cert_rotation;
 pub mod dns;
 pub mod images;
 pub mod join;

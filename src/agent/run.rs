@@ -382,9 +382,25 @@ pub async fn run_until(
         joined = join::ensure(&settings, &join_via) => joined?,
     };
     servers.on_members(&joined.servers);
-    let tls = joined.credentials.tls()?;
     let ca_pem = joined.credentials.ca_pem.clone();
+    // Every connection presents the certificate current at its handshake, so a renewed one
+    // reaches the API client, the tunnel and everything else made from `tls`.
+    let identity = Arc::new(crate::http_client::RotatingIdentity::new(
+        joined.credentials.identity()?,
+    )?);
+    let tls = crate::http_client::TlsConfig::pinned_rotating(
+        &joined.credentials.ca_pem,
+        identity.clone(),
+    )?;
     let api = ApiClient::new(&tls, servers.clone());
+    tokio::spawn(super::cert_rotation::run(
+        api.clone(),
+        join::CredentialFiles::in_node_dir(&settings.node_dir),
+        settings.node_name.clone(),
+        identity,
+        joined.credentials.clone(),
+        stop.clone(),
+    ));
 
     let check_every = settings.server_check_interval;
     tokio::spawn(health::run(

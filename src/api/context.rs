@@ -10,6 +10,7 @@ use super::crd::CustomKinds;
 use super::metrics::ApiMetrics;
 use super::node_port::NodePortAllocator;
 use super::write::admission::webhook::Webhooks;
+use super::write::admission::PodSecurityConfig;
 use crate::auth::rbac::Authorizer;
 use crate::auth::service_account::ServiceAccountTokens;
 use crate::kube::store::Store;
@@ -60,6 +61,8 @@ pub struct ApiContext {
     /// The admission webhooks, derived from the store's webhook configurations, and the
     /// connections to them (shared likewise).
     pub webhooks: Arc<Webhooks>,
+    /// The PodSecurity plugin's defaults and exemptions (`--admission-control-config-file`).
+    pub pod_security: Arc<PodSecurityConfig>,
 }
 
 impl ApiContext {
@@ -82,6 +85,7 @@ impl ApiContext {
             service_accounts: None,
             streams: Arc::default(),
             metrics: Arc::new(ApiMetrics::default()),
+            pod_security: Arc::default(),
         }
     }
 
@@ -104,12 +108,19 @@ impl ApiContext {
             metrics: self.metrics.clone(),
             custom_kinds: self.custom_kinds.clone(),
             webhooks: self.webhooks.clone(),
+            pod_security: self.pod_security.clone(),
         }
     }
 
     /// Issues and checks service-account tokens with `tokens`.
     pub fn with_service_accounts(mut self, tokens: Arc<ServiceAccountTokens>) -> Self {
         self.service_accounts = Some(tokens);
+        self
+    }
+
+    /// Configures the PodSecurity plugin.
+    pub fn with_pod_security(mut self, config: Arc<PodSecurityConfig>) -> Self {
+        self.pod_security = config;
         self
     }
 

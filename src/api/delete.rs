@@ -52,6 +52,7 @@ pub async fn delete_collection(req: &ApiRequest) -> Result<Response<ApiBody>, Ap
             user: req.user.clone(),
             user_agent: req.user_agent.clone(),
             warnings: Default::default(),
+            audit_annotations: Default::default(),
         };
         match write::delete(&sub, &name, &opts).await {
             Ok(Outcome::Removed(o)) | Ok(Outcome::Updated(Written::Stored(o))) => deleted.push(o),

@@ -30,6 +30,8 @@ pub struct ApiRequest {
     pub user_agent: String,
     /// `Warning` headers to send with the response (fieldValidation=Warn).
     pub warnings: std::sync::Mutex<Vec<String>>,
+    /// Annotations for the request's audit event (admission's findings), as key and value.
+    pub audit_annotations: std::sync::Mutex<Vec<(String, String)>>,
 }
 
 impl ApiRequest {

@@ -133,6 +133,7 @@ where
         content_type.starts_with("application/apply-patch"),
     );
     let user_agent = header_str(&req, header::USER_AGENT);
+    let audit = crate::audit::request::Handle::of(&req);
     let method = req.method().clone();
     let has_body = matches!(
         method,
@@ -154,9 +155,15 @@ where
         user,
         user_agent,
         warnings: Default::default(),
+        audit_annotations: Default::default(),
     };
     let result = dispatch(&api).await;
     let result = super::options::add_warnings(&api, result);
+    if let (Some(audit), Ok(mut notes)) = (audit, api.audit_annotations.lock()) {
+        for (key, value) in notes.drain(..) {
+            audit.annotate(key, value);
+        }
+    }
     Ok(match labels {
         Some(labels) => {
             let response = result.unwrap_or_else(ApiError::into_response);

@@ -64,6 +64,18 @@ pub struct Tracker {
 #[derive(Clone, Debug)]
 pub struct Handle(Arc<Tracker>);
 
+impl Handle {
+    /// The handle of the request's tracker, if it is recorded.
+    pub fn of<B>(req: &Request<B>) -> Option<Handle> {
+        req.extensions().get::<Handle>().cloned()
+    }
+
+    /// Adds an annotation to the request's events (admission's findings).
+    pub fn annotate(&self, key: String, value: String) {
+        self.0.notes.lock().annotations.insert(key, value);
+    }
+}
+
 /// Records who the request acts as when it impersonates.
 pub fn note_impersonation<B>(req: &Request<B>, user: &UserInfo) {
     if let Some(Handle(t)) = req.extensions().get::<Handle>() {

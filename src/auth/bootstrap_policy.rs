@@ -710,6 +710,12 @@ pub fn cluster_role_bindings() -> Vec<Value> {
         ),
         crb("system:monitoring", &[("Group", "system:monitoring")]),
         crb("system:node", &[("Group", "system:nodes")]),
+        // Nodes renew their own client certificates (`controllers::csr_approving`); kubeadm
+        // makes the same binding.
+        crb(
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            &[("Group", "system:nodes")],
+        ),
         crb("system:node-proxier", &[("User", "system:kube-proxy")]),
         crb(
             "system:public-info-viewer",

@@ -116,6 +116,12 @@ pub struct ApiserverArgs {
     #[arg(long, value_name = "PATH")]
     pub token_auth_file: Option<PathBuf>,
 
+    /// kube-apiserver's admission configuration (an apiserver.config.k8s.io
+    /// AdmissionConfiguration, YAML or JSON): the PodSecurity plugin's defaults and
+    /// exemptions. Checked at start.
+    #[arg(long, value_name = "PATH")]
+    pub admission_control_config_file: Option<PathBuf>,
+
     /// Where the audit log is written (`-`: stdout); events are recorded as
     /// `--audit-policy-file` says. Unset: no audit log.
     #[arg(long, value_name = "PATH")]
@@ -215,6 +221,7 @@ impl ApiserverArgs {
             run_controller_manager: !self.disable_controller_manager,
             run_scheduler: !self.disable_scheduler,
             token_auth_file: self.token_auth_file,
+            admission_control_config_file: self.admission_control_config_file,
             audit: AuditSettings {
                 log: self.audit_log_path.map(|path| LogSettings {
                     path,

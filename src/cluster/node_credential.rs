@@ -236,7 +236,10 @@ fn issue(
     let from = Utc::now() - Days::days(1);
     let until = Utc::now() + Days::days(VALID_DAYS);
     params.not_before = rcgen::date_time_ymd(from.year(), from.month() as u8, from.day() as u8);
-    params.not_after = rcgen::date_time_ymd(until.year(), until.month() as u8, until.day() as u8);
+    params.not_after = match crate::failpoints::node_credential_lifetime() {
+        Some(lifetime) => (std::time::SystemTime::now() + lifetime).into(),
+        None => rcgen::date_time_ymd(until.year(), until.month() as u8, until.day() as u8),
+    };
     let mut serial = [0u8; 16];
     rand::thread_rng().fill_bytes(&mut serial);
     serial[0] &= 0x7f; // a positive INTEGER

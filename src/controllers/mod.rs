@@ -26,7 +26,8 @@
 //!   (Deployments), [`statefulset`] (StatefulSets), [`daemonset`] (DaemonSets);
 //!   [`clusterrole_aggregation`] (aggregated ClusterRoles' rules); [`resource_quota`]
 //!   (ResourceQuota status); [`crd_cleanup`] (a deleted CustomResourceDefinition's objects
-//!   deleted before it goes); [`csr_signer`] (approved CertificateSigningRequests for the
+//!   deleted before it goes); [`csr_approving`] (nodes' requests for their own client
+//!   certificates approved); [`csr_signer`] (approved CertificateSigningRequests for the
 //!   API server's client signers); [`taints`]: taints and tolerations.
 //! - [`claim`]: adopting and releasing objects by selector and controller reference;
 //!   [`pod_control`]: pods from templates, with events and slow-start batches;
@@ -44,6 +45,7 @@ pub(crate) mod claim;
 pub(crate) mod clusterrole_aggregation;
 pub(crate) mod crd_cleanup;
 pub(crate) mod cronjob;
+pub(crate) mod csr_approving;
 pub(crate) mod csr_signer;
 pub(crate) mod daemonset;
 pub(crate) mod deployment;

@@ -27,6 +27,7 @@ use super::bootstrap::{self, ApiServers};
 use super::clusterrole_aggregation::ClusterRoleAggregation;
 use super::crd_cleanup::CrdCleanup;
 use super::cronjob::CronJobs;
+use super::csr_approving::CsrApprover;
 use super::csr_signer::CsrSigner;
 use super::daemonset::DaemonSets;
 use super::deployment::Deployments;
@@ -169,6 +170,7 @@ fn controller_manager(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<ClusterRoleAggregation>(builder),
         launch::<ResourceQuotas>(builder),
         launch::<CrdCleanup>(builder),
+        launch::<CsrApprover>(builder),
         launch::<CsrSigner>(builder),
     ]
 }

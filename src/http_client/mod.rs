@@ -50,7 +50,7 @@ pub use pool::{BadToken, Pool};
 pub use server_url::{Scheme, ServerUrl, ServerUrlError};
 pub use single::{connect, get, send, Answer};
 pub use stream::{open, StreamLimits, Streaming};
-pub use tls::{ClientIdentity, TlsConfig, TlsError, Transport};
+pub use tls::{ClientIdentity, RotatingIdentity, TlsConfig, TlsError, Transport};
 
 /// The bounds of one request.
 #[derive(Debug, Clone, Copy)]

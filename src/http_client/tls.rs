@@ -61,6 +61,67 @@ impl ClientIdentity {
     }
 }
 
+/// A client identity that can be replaced while connections use it: each new handshake
+/// presents the certificate current then, connections already open keep theirs (a node's
+/// certificate renewed before it expires, without dropping its tunnel).
+pub struct RotatingIdentity {
+    current: std::sync::RwLock<Arc<rustls::sign::CertifiedKey>>,
+}
+
+impl std::fmt::Debug for RotatingIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RotatingIdentity")
+    }
+}
+
+impl RotatingIdentity {
+    pub fn new(identity: ClientIdentity) -> Result<RotatingIdentity, TlsError> {
+        Ok(RotatingIdentity {
+            current: std::sync::RwLock::new(certified(identity)?),
+        })
+    }
+
+    /// Presents `identity` from the next handshake on.
+    pub fn replace(&self, identity: ClientIdentity) -> Result<(), TlsError> {
+        let next = certified(identity)?;
+        match self.current.write() {
+            Ok(mut current) => *current = next,
+            Err(poisoned) => *poisoned.into_inner() = next,
+        }
+        Ok(())
+    }
+}
+
+fn certified(identity: ClientIdentity) -> Result<Arc<rustls::sign::CertifiedKey>, TlsError> {
+    let key = rustls::crypto::ring::sign::any_supported_type(&identity.key).map_err(|source| {
+        TlsError::Rustls {
+            what: "client key",
+            source,
+        }
+    })?;
+    Ok(Arc::new(rustls::sign::CertifiedKey::new(
+        identity.chain,
+        key,
+    )))
+}
+
+impl rustls::client::ResolvesClientCert for RotatingIdentity {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(match self.current.read() {
+            Ok(current) => current.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        })
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
 /// A client TLS configuration (cheap to clone). Its ALPN list is empty: a connection made
 /// with it speaks HTTP/1.1, and [`super::Pool`] asks for h2 on its own copy.
 #[derive(Clone)]
@@ -94,6 +155,27 @@ impl TlsConfig {
                     source,
                 })?,
         };
+        Ok(TlsConfig(Arc::new(config)))
+    }
+
+    /// Like [`TlsConfig::pinned`], presenting whatever `identity` holds at each handshake.
+    pub fn pinned_rotating(
+        ca_pem: &str,
+        identity: Arc<RotatingIdentity>,
+    ) -> Result<TlsConfig, TlsError> {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in certs(ca_pem, "CA certificate")? {
+            roots.add(cert).map_err(|source| TlsError::Rustls {
+                what: "CA certificate",
+                source,
+            })?;
+        }
+        let mut config = builder()?
+            .with_root_certificates(roots)
+            .with_client_cert_resolver(identity);
+        // A resumed session sends no certificate: the server would go on seeing the one of
+        // the session's first handshake, long after it was replaced (and expired).
+        config.resumption = rustls::client::Resumption::disabled();
         Ok(TlsConfig(Arc::new(config)))
     }
 

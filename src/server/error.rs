@@ -33,6 +33,9 @@ pub enum ServerError {
     /// The `--token-auth-file` cannot be used.
     #[error(transparent)]
     TokenFile(#[from] crate::auth::token_file::TokenFileError),
+    /// The `--admission-control-config-file` cannot be used.
+    #[error(transparent)]
+    AdmissionConfig(#[from] crate::api::write::admission::PodSecurityConfigError),
     /// The audit policy or log cannot be used.
     #[error(transparent)]
     Audit(#[from] crate::audit::AuditError),

@@ -23,6 +23,7 @@ use super::error::ServerError;
 use super::listener::{Limits, Listener};
 use super::settings::ServerSettings;
 use super::{identity_lease, kubeconfig, pki, tls};
+use crate::api::write::admission::PodSecurityConfig;
 use crate::api::{ApiContext, ApiSettings};
 use crate::auth::service_account::ServiceAccountTokens;
 use crate::auth::token_file::TokenFile;
@@ -101,6 +102,10 @@ pub async fn run_until(
             tokens
         }
         None => TokenFile::default(),
+    };
+    let pod_security = match &settings.admission_control_config_file {
+        Some(path) => Arc::new(PodSecurityConfig::load(path)?),
+        None => Arc::default(),
     };
     let audit = crate::audit::Auditor::start(&settings.audit)?;
     let pki = pki::load_or_create(&dir, &pki::serving_names(&settings))?;
@@ -194,7 +199,8 @@ pub async fn run_until(
     let ctx = Arc::new(
         ApiContext::new(store.clone(), backend.writer(), api_settings)
             .with_reads(backend.reads())
-            .with_service_accounts(service_accounts.clone()),
+            .with_service_accounts(service_accounts.clone())
+            .with_pod_security(pod_security),
     );
     if let Some(node) = backend.cluster_endpoints().node() {
         // Stream requests for nodes connected to another server are relayed to it.

@@ -46,6 +46,8 @@ pub struct ServerSettings {
     pub run_scheduler: bool,
     /// `--token-auth-file`: static bearer tokens (kube-apiserver's CSV).
     pub token_auth_file: Option<PathBuf>,
+    /// `--admission-control-config-file`: the admission plugins' configuration.
+    pub admission_control_config_file: Option<PathBuf>,
     /// `--audit-log-*` and `--audit-policy-file`.
     pub audit: crate::audit::AuditSettings,
     /// HA cluster flags (all unset: a single server).

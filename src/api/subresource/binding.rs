@@ -75,6 +75,7 @@ pub async fn post_legacy(req: &ApiRequest) -> Result<Response<ApiBody>, ApiError
         user: req.user.clone(),
         user_agent: req.user_agent.clone(),
         warnings: Default::default(),
+        audit_annotations: Default::default(),
     };
     assign(&on_pod, &binding).await
 }

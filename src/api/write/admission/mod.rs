@@ -14,7 +14,7 @@
 //! | [`limit_ranger`] | LimitRange defaults on new pods' containers; min, max and ratio of pods and claims |
 //! | [`service_account`] | a pod's account and its token volume |
 //! | [`node_restriction`] | what a node may write |
-//! | [`pod_security`] | the Pod Security Standards of the namespace's `pod-security.kubernetes.io/*` labels: enforce refuses pods, warn (and enforce, for workload templates) answers `Warning`s |
+//! | [`pod_security`] | the Pod Security Standards of the namespace's `pod-security.kubernetes.io/*` labels over `--admission-control-config-file`'s defaults and exemptions: enforce refuses pods, warn (and enforce, for workload templates) answers `Warning`s, audit annotates the audit event |
 //! | [`priority`] | a pod's priority from its PriorityClass; one global default class |
 //! | [`default_toleration_seconds`] | 300 s tolerations of not-ready and unreachable nodes |
 //! | [`certificate_signing`] | a CertificateSigningRequest's requestor set from the user; what `status` and `approval` may change; `approve` and `sign` on the signer (kube-apiserver's CertificateApproval, CertificateSigning and CertificateSubjectRestriction) |
@@ -78,6 +78,7 @@ const PLUGINS: &[Plugin] = &[
     rbac_escalation::admit,
 ];
 
+pub use self::pod_security::{ConfigError as PodSecurityConfigError, PodSecurityConfig};
 pub use self::resource_quota::charge as charge_quota;
 
 /// Passes `operation` of `req` through every plugin.
