@@ -18,6 +18,8 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+mod create_load;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -114,54 +116,6 @@ async fn ensure_namespace(api: &Api, ns: &str) {
         resp.status,
         resp.text()
     );
-}
-
-/// Creates ConfigMaps from `conns` connections for `seconds`; returns (count, elapsed,
-/// sorted latencies, errors).
-async fn create_load(
-    api: &Api,
-    ns: &str,
-    conns: usize,
-    seconds: u64,
-) -> (usize, Duration, Vec<Duration>, usize) {
-    let data = Arc::new(one_kib());
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs(seconds);
-    let mut tasks = Vec::new();
-    for c in 0..conns {
-        let api = api.clone();
-        let data = data.clone();
-        let ns = ns.to_string();
-        tasks.push(tokio::spawn(async move {
-            let mut conn = api.connect().await.expect("connect");
-            let mut lat = Vec::new();
-            let mut errors = 0;
-            let mut i = 0;
-            while Instant::now() < deadline {
-                let t = Instant::now();
-                match create(&mut conn, &ns, &format!("l{conns}-c{c}-{i}"), &data).await {
-                    Ok(201) => lat.push(t.elapsed()),
-                    Ok(_) => errors += 1,
-                    Err(_) => {
-                        errors += 1;
-                        conn = api.connect().await.expect("reconnect");
-                    }
-                }
-                i += 1;
-            }
-            (lat, errors)
-        }));
-    }
-    let mut all = Vec::new();
-    let mut errors = 0;
-    for t in tasks {
-        let (lat, e) = t.await.expect("task");
-        all.extend(lat);
-        errors += e;
-    }
-    let elapsed = start.elapsed();
-    all.sort();
-    (all.len(), elapsed, all, errors)
 }
 
 /// Seconds each patch level runs for, and its connections.
@@ -643,9 +597,23 @@ fn main() {
         // With `patch`, the 64-connection creates still run first so the heap is as grown as in
         // a whole run (the patch rows depend on it).
         for conns in [1usize, 16, 64].into_iter().filter(|&c| !patch_only || c == 64) {
+            let data = one_kib();
+            let body: create_load::Body = Arc::new(move |name: &str| {
+                serde_json::to_vec(&configmap("bench-create", name, json!({"v": data})))
+                    .expect("serialize")
+            });
+            let load = create_load::create_load(
+                &api,
+                "/api/v1/namespaces/bench-create/configmaps",
+                &format!("l{conns}"),
+                conns,
+                CREATE_SECONDS,
+                body,
+            )
+            .await;
+            let rate = load.rate();
             let (n, elapsed, lat, errors) =
-                create_load(&api, "bench-create", conns, CREATE_SECONDS).await;
-            let rate = n as f64 / elapsed.as_secs_f64();
+                (load.created, load.elapsed, load.latencies, load.errors);
             let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
             println!(
                 "creates at {conns} connections: {n} in {:.1}s = {rate:.0}/s, p50 {}, p99 {}, errors {errors}",
