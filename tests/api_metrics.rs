@@ -346,6 +346,9 @@ fn members_report_their_raft_state() {
     for samples in &all {
         assert_eq!(value(samples, "litek8s_raft_has_leader", &[]), 1.0);
         assert!(value(samples, "litek8s_raft_applied_index", &[]) > 0.0);
+        // Every member holds a snapshot: the first server's initial one, or the one a joining
+        // member received.
+        assert!(value(samples, "litek8s_raft_snapshot_size_bytes", &[]) > 0.0);
         assert!(
             value(samples, "litek8s_raft_last_log_index", &[])
                 >= value(samples, "litek8s_raft_applied_index", &[])

@@ -1,8 +1,10 @@
 //! What a server's backend adds to `/metrics`: a cluster member's Raft state (term, log and
-//! applied indexes, role, leader changes). A single server adds nothing here; its requests and
-//! objects are reported by `api::metrics` like a member's.
+//! applied indexes, role, leader changes, the size of its latest snapshot file, read when
+//! scraped). A single server adds nothing here; its requests and objects are reported by
+//! `api::metrics` like a member's.
 
 use std::fmt::Write as _;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -10,14 +12,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::backend::Backend;
 use crate::api::metrics::Section;
+use crate::cluster::member::ClusterDir;
 use crate::cluster::node::ClusterNode;
+use crate::raft::snapshot::SnapshotFile;
 
 /// The backend's sections, starting what they need (a watch of the Raft leader) until
 /// `shutdown`.
-pub fn sections(backend: &Backend, shutdown: CancellationToken) -> Vec<Section> {
+pub fn sections(backend: &Backend, data_dir: &Path, shutdown: CancellationToken) -> Vec<Section> {
     let Backend::Member(member) = backend else {
         return Vec::new();
     };
+    let snapshot = SnapshotFile::new(&ClusterDir::new(data_dir).snapshot())
+        .path()
+        .to_path_buf();
     let node = member.node.clone();
     let leader_changes = Arc::new(AtomicU64::new(0));
     tokio::spawn(count_leader_changes(
@@ -26,7 +33,14 @@ pub fn sections(backend: &Backend, shutdown: CancellationToken) -> Vec<Section> 
         shutdown,
     ));
     vec![Box::new(move |out: &mut String| {
-        raft_section(out, &node, leader_changes.load(Ordering::Relaxed))
+        // No snapshot yet (or unreadable): 0, like the snapshot index.
+        let snapshot_bytes = std::fs::metadata(&snapshot).map_or(0, |m| m.len());
+        raft_section(
+            out,
+            &node,
+            leader_changes.load(Ordering::Relaxed),
+            snapshot_bytes,
+        )
     })]
 }
 
@@ -52,7 +66,7 @@ async fn count_leader_changes(
     }
 }
 
-fn raft_section(out: &mut String, node: &ClusterNode, leader_changes: u64) {
+fn raft_section(out: &mut String, node: &ClusterNode, leader_changes: u64, snapshot_bytes: u64) {
     let m = node.metrics();
     let is_leader = m.current_leader == Some(m.id);
     let mut gauge = |name: &str, help: &str, kind: &str, value: u64| {
@@ -84,6 +98,12 @@ fn raft_section(out: &mut String, node: &ClusterNode, leader_changes: u64) {
         "Index of the last entry in this member's latest snapshot.",
         "gauge",
         m.snapshot.map_or(0, |l| l.index),
+    );
+    gauge(
+        "litek8s_raft_snapshot_size_bytes",
+        "Size of this member's latest snapshot file, in bytes.",
+        "gauge",
+        snapshot_bytes,
     );
     gauge(
         "litek8s_raft_has_leader",

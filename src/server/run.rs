@@ -215,8 +215,11 @@ pub async fn run_until(
             tls,
         });
     }
-    ctx.metrics
-        .add_sections(super::metrics::sections(&backend, shutdown.clone()));
+    ctx.metrics.add_sections(super::metrics::sections(
+        &backend,
+        dir.root(),
+        shutdown.clone(),
+    ));
     let listener = Listener {
         tcp,
         tls: TlsAcceptor::from(tls_config),
