@@ -76,7 +76,7 @@ impl Ty {
     }
 
     /// The fewest bytes a value of this type takes in a JSON body.
-    fn min_json_bytes(&self) -> u64 {
+    pub(crate) fn min_json_bytes(&self) -> u64 {
         match self {
             Ty::Bool | Ty::Null => 4,
             Ty::Dyn | Ty::Int | Ty::Uint | Ty::Double => 1,

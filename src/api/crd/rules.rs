@@ -243,19 +243,27 @@ pub fn total_cost(s: &Schema, runs: u64) -> u64 {
     for p in s.properties.values() {
         total = total.saturating_add(total_cost(p, runs));
     }
+    // A node below lists or maps runs once per instance of it in the object: at most the
+    // product of the enclosing sizes, and never more than fit in one request body however
+    // deeply they nest (kube-apiserver bounds a node's cardinality by the body too, so
+    // definitions it accepts with unbounded nested lists are accepted here).
+    let instances = |elem: &Ty, n: u64, entry_bytes: u64| {
+        let fit = crate::cel::MAX_REQUEST_BYTES / (elem.min_json_bytes() + entry_bytes);
+        runs.saturating_mul(n).min(fit)
+    };
     if let Some(items) = &s.items {
-        let n = match ty(s, false) {
-            Ty::List { max, .. } => max,
-            _ => 1,
+        let child = match ty(s, false) {
+            Ty::List { max, elem } => instances(&elem, max, 1),
+            _ => runs,
         };
-        total = total.saturating_add(total_cost(items, runs.saturating_mul(n)));
+        total = total.saturating_add(total_cost(items, child));
     }
     if let Additional::Schema(v) = &s.additional {
-        let n = match ty(s, false) {
-            Ty::Map { max, .. } => max,
-            _ => 1,
+        let child = match ty(s, false) {
+            Ty::Map { max, value } => instances(&value, max, 4),
+            _ => runs,
         };
-        total = total.saturating_add(total_cost(v, runs.saturating_mul(n)));
+        total = total.saturating_add(total_cost(v, child));
     }
     total
 }
