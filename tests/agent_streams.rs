@@ -19,11 +19,11 @@ mod cluster_support;
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use agent_support::{kubectl, read_dir, Agent, KUBECTLS};
+use agent_support::{kubectl, missing_pod_tools, Agent, PodCleanup, KUBECTLS};
 use cluster_support::Cluster;
 use serde_json::{json, Value};
 use support::images::{busybox_image, oci_archive};
@@ -31,7 +31,6 @@ use support::{runtime, Api};
 
 const SKIP_ENV: &str = "LITEK8S_SKIP_CONTAINERS";
 const IMAGE: &str = "litek8s.test/busybox:1";
-const RUNTIME_ROOT: &str = "/run/litek8s";
 /// Hang guards, not performance assertions.
 const RUNNING_GUARD: Duration = Duration::from_secs(90);
 /// The `web` pod: busybox httpd serving a 4 MiB file `/f`, its checksum `/sum` and an index on 8080
@@ -41,25 +40,7 @@ const WEB_SERVER: &str = "dd if=/dev/urandom of=/www/f bs=1024 count=4096 2>/dev
 const DOWNLOADS: usize = 16;
 
 fn missing_tools() -> Vec<String> {
-    let mut missing = Vec::new();
-    if !nix::unistd::geteuid().is_root() {
-        missing.push("root".to_string());
-    }
-    let on_path = |tool: &str| {
-        std::env::var_os("PATH")
-            .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
-    };
-    if !on_path("runc") && !on_path("crun") {
-        missing.push("runc or crun".into());
-    }
-    for tool in ["conmon", "ip"] {
-        if !on_path(tool) {
-            missing.push(tool.into());
-        }
-    }
-    if !Path::new("/usr/lib/cni/bridge").exists() {
-        missing.push("containernetworking-plugins".into());
-    }
+    let mut missing = missing_pod_tools();
     if !Path::new("/bin/busybox").exists() {
         missing.push("busybox-static".into());
     }
@@ -71,54 +52,15 @@ fn missing_tools() -> Vec<String> {
     missing
 }
 
-/// Kills what the agent started and removes its mounts and bridge, even when a test fails.
+/// The agent's pods, mounts and bridge removed ([`PodCleanup`]), then the host's IP
+/// forwarding setting, which the agent turns on, put back.
 struct Cleanup {
-    node_dir: PathBuf,
-    root: PathBuf,
-    bridge: String,
+    _pods: PodCleanup,
     ip_forward: Option<String>,
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        for pod in read_dir(&self.node_dir.join("pods")) {
-            for container in read_dir(&pod.join("containers")) {
-                if let Some(pid) = std::fs::read_to_string(container.join("conmon.pid"))
-                    .ok()
-                    .and_then(|p| p.trim().parse::<i32>().ok())
-                {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                let id = container.file_name().unwrap_or_default().to_owned();
-                for rt in ["runc", "crun"] {
-                    let _ = Command::new(rt)
-                        .arg(format!("--root={}/{rt}", RUNTIME_ROOT))
-                        .args(["delete", "--force"])
-                        .arg(&id)
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null())
-                        .status();
-                }
-            }
-        }
-        let root = self.root.to_string_lossy().into_owned();
-        let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-            .filter(|m| m.starts_with(&root))
-            .collect();
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in mounts {
-            let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
-        }
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.bridge])
-            .stderr(Stdio::null())
-            .status();
         if let Some(v) = &self.ip_forward {
             let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", v);
         }
@@ -223,9 +165,11 @@ fn start() -> Option<Setup> {
         &["--cni-bridge", &bridge],
     );
     let cleanup = Cleanup {
-        node_dir: agent.node_dir.clone(),
-        root: agent.root.clone(),
-        bridge,
+        _pods: PodCleanup {
+            node_dir: agent.node_dir.clone(),
+            root: agent.root.clone(),
+            bridge,
+        },
         ip_forward: std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").ok(),
     };
     let images = agent.node_dir.join("images");
