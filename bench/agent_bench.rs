@@ -20,6 +20,8 @@ mod agent_support;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+mod report;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use agent_support::Agent;
 use bytes::Bytes;
+use report::percentile;
 use serde_json::{json, Value};
 use support::images::{busybox_image, oci_archive};
 use support::{runtime, Api, Server};
@@ -230,11 +233,6 @@ async fn idle_cpu(pid: u32) -> f64 {
     let before = cpu_seconds(pid);
     tokio::time::sleep(IDLE).await;
     (cpu_seconds(pid) - before) / IDLE.as_secs_f64() * 100.0
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 fn ms(d: Duration) -> String {

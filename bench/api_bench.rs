@@ -20,6 +20,8 @@ mod support;
 
 mod create_load;
 
+mod report;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -27,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
+use report::{percentile, row, Row};
 use serde_json::json;
 use support::{configmap, Api, Server};
 use tokio::sync::Mutex;
@@ -40,35 +43,6 @@ const WAL_MUTATIONS: usize = 100_000;
 const TABLE_PODS: usize = 10_000;
 /// The Accept header of `kubectl get`.
 const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-
-struct Row {
-    metric: String,
-    result: String,
-    target: String,
-    met: Option<bool>,
-}
-
-fn row(
-    metric: impl Into<String>,
-    result: impl Into<String>,
-    target: &str,
-    met: Option<bool>,
-) -> Row {
-    Row {
-        metric: metric.into(),
-        result: result.into(),
-        target: target.to_string(),
-        met,
-    }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
 
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
@@ -778,18 +752,7 @@ fn main() {
     if let Ok(note) = std::env::var("BENCH_NOTE") {
         md.push_str(&format!("Note: {note}\n\n"));
     }
-    md.push_str("| Metric | Result | Target | Met |\n| --- | --- | --- | --- |\n");
-    for r in &rows {
-        let met = match r.met {
-            Some(true) => "yes",
-            Some(false) => "**no**",
-            None => "",
-        };
-        md.push_str(&format!(
-            "| {} | {} | {} | {} |\n",
-            r.metric, r.result, r.target, met
-        ));
-    }
+    md.push_str(&report::table(&rows));
     md.push_str(&format!(
         "\nCreates run {CREATE_SECONDS} s per level with unique names. The write → event delay is \
          measured from just before each write is sent to each watcher's receipt of its event \

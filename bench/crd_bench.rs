@@ -24,11 +24,14 @@ mod cluster_support;
 
 mod create_load;
 
+mod report;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cluster_support::Cluster;
+use report::{percentile, row, Row};
 use serde_json::{json, Map, Value};
 use support::{configmap, Api, Server};
 
@@ -43,27 +46,6 @@ const DEFINITIONS: usize = 20;
 const RETRY: Duration = Duration::from_millis(1);
 /// A kind not served after this long counts as never served.
 const SERVE_LIMIT: Duration = Duration::from_secs(10);
-
-struct Row {
-    metric: String,
-    result: String,
-    target: String,
-    met: Option<bool>,
-}
-
-fn row(
-    metric: impl Into<String>,
-    result: impl Into<String>,
-    target: &str,
-    met: Option<bool>,
-) -> Row {
-    Row {
-        metric: metric.into(),
-        result: result.into(),
-        target: target.to_string(),
-        met,
-    }
-}
 
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
@@ -267,13 +249,6 @@ fn creates(rt: &tokio::runtime::Runtime, rounds: usize, rows: &mut Vec<Row>) {
     ));
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 fn served_one_server(rt: &tokio::runtime::Runtime, rows: &mut Vec<Row>) {
     let server = Server::start(API_ONLY);
     let api = server.api();
@@ -438,18 +413,7 @@ fn main() {
     if let Ok(note) = std::env::var("BENCH_NOTE") {
         md.push_str(&format!("Note: {note}\n\n"));
     }
-    md.push_str("| Metric | Result | Target | Met |\n| --- | --- | --- | --- |\n");
-    for r in &rows {
-        let met = match r.met {
-            Some(true) => "yes",
-            Some(false) => "**no**",
-            None => "",
-        };
-        md.push_str(&format!(
-            "| {} | {} | {} | {} |\n",
-            r.metric, r.result, r.target, met
-        ));
-    }
+    md.push_str(&report::table(&rows));
     md.push_str(&format!(
         "\nCreates run {CREATE_SECONDS} s per kind per round with unique names, ConfigMap first \
          in odd-numbered rounds \

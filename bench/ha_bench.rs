@@ -25,22 +25,17 @@ mod cluster_support;
 
 mod etcd_cluster;
 
+mod report;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cluster_support::Cluster;
+use report::percentile;
 use serde_json::json;
 use support::Api;
 
 const LOAD_SECONDS: u64 = 5;
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)

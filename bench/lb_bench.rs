@@ -13,6 +13,8 @@
 //! who else shares the machine. Prints a table with the core count and writes it as Markdown
 //! to the path given as the first argument (default bench/LB.md).
 
+mod report;
+
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use report::percentile;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -95,13 +98,6 @@ async fn stream_backend(listener: TcpListener) {
             }
         });
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
 }
 
 /// Lets the client `tasks` run for `SHORT_SECONDS`, stops them through `stop`, and sums up

@@ -11,8 +11,11 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+mod report;
+
 use std::time::{Duration, Instant};
 
+use report::percentile;
 use serde_json::json;
 use support::webhook::Webhook;
 use support::{configmap, Api, Server};
@@ -26,14 +29,6 @@ struct Load {
     rate: f64,
     p50: Duration,
     p99: Duration,
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 fn ms(d: Duration) -> String {
