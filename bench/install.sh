@@ -6,17 +6,20 @@
 #   sudo bench/install.sh [ROUNDS]
 #
 # Targets: from nothing to all Ready <= 60 s; a second apply that changes nothing <= 5 s.
-# The binary is LITEK8S_APPLY_BIN (default target/debug/litek8s); the rootfs build is not
-# timed (it is cached).
+# The binary is LITEK8S_APPLY_BIN (default target/debug/litek8s), the agent machine's packages
+# those in PACKAGES_DIR (default target/packages: build them first with
+# packaging/build-packages.sh); the rootfs build is not timed (it is cached).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
+debs=${PACKAGES_DIR:-$repo/target/packages}
+ls "$debs"/litek8s-agent_*.deb >/dev/null 2>&1 || { echo "no packages in $debs (packaging/build-packages.sh $debs)" >&2; exit 1; }
 
 report() {
     local out=$1 log i
     log=$(mktemp)
     for i in $(seq 1 "$rounds"); do
-        "$repo/tests/systemd/run.sh" apply | tee -a "$log" | grep -E '^(TIMING|FAIL|systemd e2e)' >&2 \
+        "$repo/tests/systemd/run.sh" --debs "$debs" apply | tee -a "$log" | grep -E '^(TIMING|FAIL|systemd e2e)' >&2 \
             || { echo "round $i failed" >&2; rm -f "$log"; exit 1; }
     done
     {
@@ -24,7 +27,8 @@ report() {
         echo
         echo "\`sudo bench/install.sh $rounds\` on $(nproc) cores, $(date +%F): \`tests/systemd/run.sh apply\`"
         echo "($rounds rounds; Debian 12 containers booted with systemd-nspawn on a bridge, openssh-server"
-        echo "in each, the binary $(basename "${LITEK8S_APPLY_BIN:-target/debug/litek8s}") copied by apply)."
+        echo "in each; the servers get the binary $(basename "${LITEK8S_APPLY_BIN:-target/debug/litek8s}") copied by apply, the agent the"
+        echo ".deb packages of ${debs#"$repo"/} (\`package: deb\`); the kubeconfig goes through \`litek8s lb\`)."
         echo "Targets: from nothing to all Ready <= 60 s, a no-op apply <= 5 s."
         echo "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
         echo
