@@ -23,8 +23,7 @@ mod support;
 mod report;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agent_support::Agent;
@@ -242,49 +241,7 @@ fn ms(d: Duration) -> String {
 /// Kills what the agent left (containers, conmon, mounts, the bridge).
 fn clean_node(agent: &mut Agent) {
     agent.kill();
-    for pod in read_dir(&agent.node_dir.join("pods")) {
-        for container in read_dir(&pod.join("containers")) {
-            if let Some(pid) = std::fs::read_to_string(container.join("conmon.pid"))
-                .ok()
-                .and_then(|p| p.trim().parse::<i32>().ok())
-            {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            for runtime in ["runc", "crun"] {
-                let _ = Command::new(runtime)
-                    .arg(format!("--root=/run/litek8s/{runtime}"))
-                    .args(["delete", "--force"])
-                    .arg(container.file_name().unwrap_or_default())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-            }
-        }
-    }
-    let root = agent.root.to_string_lossy().into_owned();
-    let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-        .filter(|m| m.starts_with(&root))
-        .collect();
-    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
-    for m in mounts {
-        let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
-    }
-    let _ = Command::new("ip")
-        .args(["link", "del", BRIDGE])
-        .stderr(Stdio::null())
-        .status();
-}
-
-fn read_dir(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|e| e.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default()
+    agent_support::remove_pods_leftovers(&agent.node_dir, &agent.root, BRIDGE);
 }
 
 fn main() {

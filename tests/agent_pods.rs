@@ -16,12 +16,11 @@ mod support;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use agent_support::{read_dir, Agent};
+use agent_support::Agent;
 use serde_json::{json, Value};
 use support::images::{busybox_image, oci_archive, Registry};
 use support::{Api, Server};
@@ -31,8 +30,6 @@ const SKIP_ENV: &str = "LITEK8S_SKIP_CONTAINERS";
 /// The test image's name, as pods write it (a registry host with a `.` is never Docker Hub;
 /// a tag other than `latest` means IfNotPresent: the imported image is used).
 const IMAGE: &str = "litek8s.test/busybox:1";
-/// Where the agent keeps the runtime's state (its default).
-const RUNTIME_ROOT: &str = "/run/litek8s";
 /// Hang guards, not performance assertions.
 const RUNNING_GUARD: Duration = Duration::from_secs(60);
 
@@ -238,47 +235,7 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.agent.kill();
-        let runc_root = Path::new(RUNTIME_ROOT);
-        for pod in read_dir(&self.agent.node_dir.join("pods")) {
-            for container in read_dir(&pod.join("containers")) {
-                if let Some(pid) = std::fs::read_to_string(container.join("conmon.pid"))
-                    .ok()
-                    .and_then(|p| p.trim().parse::<i32>().ok())
-                {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                let id = container.file_name().unwrap_or_default().to_owned();
-                for runtime in ["runc", "crun"] {
-                    let _ = Command::new(runtime)
-                        .arg(format!("--root={}", runc_root.join(runtime).display()))
-                        .args(["delete", "--force"])
-                        .arg(&id)
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null())
-                        .status();
-                }
-            }
-        }
-        // Everything mounted under the node directory (namespaces, /dev/shm, root
-        // filesystems), deepest first.
-        let root = self.agent.root.to_string_lossy().into_owned();
-        let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-            .filter(|m| m.starts_with(&root))
-            .collect();
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in mounts {
-            let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
-        }
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.bridge])
-            .stderr(Stdio::null())
-            .status();
+        agent_support::remove_pods_leftovers(&self.agent.node_dir, &self.agent.root, &self.bridge);
         let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
         if ALIVE.fetch_sub(1, Ordering::SeqCst) == 1 {
             if let Some(Some(v)) = IP_FORWARD.get() {

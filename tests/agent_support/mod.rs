@@ -353,43 +353,50 @@ pub struct PodCleanup {
 
 impl Drop for PodCleanup {
     fn drop(&mut self) {
-        for pod in read_dir(&self.node_dir.join("pods")) {
-            for container in read_dir(&pod.join("containers")) {
-                if let Some(pid) = std::fs::read_to_string(container.join("conmon.pid"))
-                    .ok()
-                    .and_then(|p| p.trim().parse::<i32>().ok())
-                {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                let id = container.file_name().unwrap_or_default().to_owned();
-                for rt in ["runc", "crun"] {
-                    let _ = Command::new(rt)
-                        .arg(format!("--root=/run/litek8s/{rt}"))
-                        .args(["delete", "--force"])
-                        .arg(&id)
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null())
-                        .status();
-                }
+        remove_pods_leftovers(&self.node_dir, &self.root, &self.bridge);
+    }
+}
+
+/// Kills the containers and conmon processes an agent started under `node_dir`, deletes them
+/// from the runtimes, unmounts everything under `root` (deepest first) and removes the pod
+/// bridge: what a test or benchmark must leave behind however it ended.
+pub fn remove_pods_leftovers(node_dir: &Path, root: &Path, bridge: &str) {
+    for pod in read_dir(&node_dir.join("pods")) {
+        for container in read_dir(&pod.join("containers")) {
+            if let Some(pid) = std::fs::read_to_string(container.join("conmon.pid"))
+                .ok()
+                .and_then(|p| p.trim().parse::<i32>().ok())
+            {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let id = container.file_name().unwrap_or_default().to_owned();
+            for rt in ["runc", "crun"] {
+                let _ = Command::new(rt)
+                    .arg(format!("--root=/run/litek8s/{rt}"))
+                    .args(["delete", "--force"])
+                    .arg(&id)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
             }
         }
-        let root = self.root.to_string_lossy().into_owned();
-        let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-            .filter(|m| m.starts_with(&root))
-            .collect();
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in mounts {
-            let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
-        }
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.bridge])
-            .stderr(Stdio::null())
-            .status();
     }
+    let root = root.to_string_lossy().into_owned();
+    let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .filter(|m| m.starts_with(&root))
+        .collect();
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in mounts {
+        let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
+    }
+    let _ = Command::new("ip")
+        .args(["link", "del", bridge])
+        .stderr(Stdio::null())
+        .status();
 }
