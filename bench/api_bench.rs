@@ -512,18 +512,7 @@ fn main() {
     if std::env::var_os("LITEK8S_LOG").is_none() {
         std::env::set_var("LITEK8S_LOG", "warn");
     }
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_string());
+    let (cores, cpu) = report::machine();
     println!("litek8s API benchmark on {cores} cores ({cpu})");
 
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -379,18 +379,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_string());
+    let (cores, cpu) = report::machine();
     let build = std::env::var("CRD_BENCH_BUILD").unwrap_or_else(|_| "debug".to_string());
     println!("litek8s custom resource benchmark on {cores} cores ({cpu}), {build} build");
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -1,6 +1,6 @@
-//! What the benchmarks share to report their figures: percentiles of sorted durations, and the
-//! Markdown table of metric, result, target and whether the target was met. Each benchmark
-//! uses the part it needs.
+//! What the benchmarks share to report their figures: the machine, percentiles of sorted
+//! durations, and the Markdown table of metric, result, target and whether the target was
+//! met. Each benchmark uses the part it needs.
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -12,6 +12,23 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     }
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
+}
+
+/// The machine a table was measured on: its core count and CPU model (`/proc/cpuinfo`).
+pub fn machine() -> (usize, String) {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_string());
+    (cores, cpu)
 }
 
 /// One line of a benchmark's table.
