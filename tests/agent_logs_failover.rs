@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use agent_support::{missing_pod_tools, Agent, PodCleanup, KUBECTLS};
 use cluster_support::Cluster;
 use serde_json::json;
-use support::images::{busybox_image, oci_archive};
 use support::{runtime, Api};
 
 const SKIP_ENV: &str = "LITEK8S_SKIP_CONTAINERS";
@@ -96,13 +95,7 @@ fn logs_follow_ends_when_the_tunnel_moves_and_a_new_one_works_within_3s() {
         root: agent.root.clone(),
         bridge,
     };
-    let images = agent.node_dir.join("images");
-    std::fs::create_dir_all(&images).expect("images dir");
-    std::fs::write(
-        images.join("busybox.tar"),
-        oci_archive(&[(Some(IMAGE), &busybox_image())]),
-    )
-    .expect("write the test image");
+    agent_support::place_test_image(&agent.node_dir, IMAGE);
     agent.start();
     let rt = runtime();
     rt.block_on(async {

@@ -21,7 +21,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
-use support::images::{busybox_image, oci_archive};
 use support::{free_port, runtime, Api, Server};
 
 const SKIP_ENV: &str = "LITEK8S_SKIP_CONTAINERS";
@@ -69,13 +68,7 @@ fn start(agent_args: &[&str]) -> Option<Setup> {
         root: agent.root.clone(),
         bridge,
     };
-    let images = agent.node_dir.join("images");
-    std::fs::create_dir_all(&images).expect("images dir");
-    std::fs::write(
-        images.join("busybox.tar"),
-        oci_archive(&[(Some(IMAGE), &busybox_image())]),
-    )
-    .expect("write the test image");
+    agent_support::place_test_image(&agent.node_dir, IMAGE);
     let mut agent = agent;
     agent.start();
     Some(Setup {

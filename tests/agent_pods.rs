@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use agent_support::Agent;
 use serde_json::{json, Value};
-use support::images::{busybox_image, oci_archive, Registry};
+use support::images::{busybox_image, Registry};
 use support::{Api, Server};
 use tokio::sync::mpsc;
 
@@ -113,13 +113,7 @@ impl Node {
         let mut args = vec!["--cni-bridge", &bridge];
         args.extend_from_slice(agent_args);
         let agent = Agent::new(&name, &server.url(), Some(&token), &args);
-        let images = agent.node_dir.join("images");
-        std::fs::create_dir_all(&images).expect("images dir");
-        std::fs::write(
-            images.join("busybox.tar"),
-            oci_archive(&[(Some(IMAGE), &busybox_image())]),
-        )
-        .expect("write the test image");
+        agent_support::place_test_image(&agent.node_dir, IMAGE);
         let api = server.api();
         let node = Node {
             server,

@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 use agent_support::{kubectl, missing_pod_tools, Agent, PodCleanup, KUBECTLS};
 use cluster_support::Cluster;
 use serde_json::{json, Value};
-use support::images::{busybox_image, oci_archive};
 use support::{runtime, Api};
 
 const SKIP_ENV: &str = "LITEK8S_SKIP_CONTAINERS";
@@ -172,13 +171,7 @@ fn start() -> Option<Setup> {
         },
         ip_forward: std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").ok(),
     };
-    let images = agent.node_dir.join("images");
-    std::fs::create_dir_all(&images).expect("images dir");
-    std::fs::write(
-        images.join("busybox.tar"),
-        oci_archive(&[(Some(IMAGE), &busybox_image())]),
-    )
-    .expect("write the test image");
+    agent_support::place_test_image(&agent.node_dir, IMAGE);
     let mut agent = agent;
     agent.start();
     Some(Setup {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use super::support::images::{busybox_image, oci_archive};
 use super::support::{bin, terminate_child, Api};
 
 /// The kubectl versions the tests drive (the oldest and newest supported).
@@ -292,6 +293,18 @@ pub fn read_dir(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .map(|e| e.flatten().map(|e| e.path()).collect())
         .unwrap_or_default()
+}
+
+/// Puts the busybox test image, named `image`, where the agent imports images at its start
+/// (`<node-dir>/images/`), so pods run without a registry.
+pub fn place_test_image(node_dir: &Path, image: &str) {
+    let images = node_dir.join("images");
+    std::fs::create_dir_all(&images).expect("images dir");
+    std::fs::write(
+        images.join("busybox.tar"),
+        oci_archive(&[(Some(image), &busybox_image())]),
+    )
+    .expect("write the test image");
 }
 
 /// A Pod of one container `c` running `command` from `image`, with `grace` seconds of
