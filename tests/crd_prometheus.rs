@@ -3,7 +3,7 @@
 //! Apache-2.0; about 4.5 MB of YAML, the largest definition 0.8 MB) applied server-side with
 //! kubectl 1.33 and again with 1.27, then, with both kubectls, a valid ServiceMonitor and
 //! Prometheus, an invalid ServiceMonitor refused with kube-apiserver's field paths,
-//! `kubectl get` with the Prometheus printer columns, `kubectl explain` of a nested field and
+//! `kubectl get` with the Prometheus printer columns, `kubectl explain` of a nested field (from the OpenAPI v3 and v2 documents) and
 //! `kubectl scale` through the Prometheus scale subresource (which scales `.spec.shards`).
 
 mod support;
@@ -150,6 +150,42 @@ fn prometheus_operators_definitions_apply_server_side_and_serve_their_kinds() {
         );
         assert!(
             explained.contains("scheme defines the HTTP scheme to use when scraping"),
+            "{binary}: {explained}"
+        );
+        // The same from /openapi/v2 (protobuf): kubectl reads every definition of the
+        // document, so one schema it cannot parse would fail this for all ten.
+        let explained = ok(
+            binary,
+            &kc,
+            &[
+                "explain",
+                "servicemonitors.spec.endpoints.scheme",
+                "--output",
+                "plaintext-openapiv2",
+            ],
+        );
+        let words = explained.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            words.contains("FIELD: scheme <string>"),
+            "{binary}: {explained}"
+        );
+        assert!(
+            words.contains("scheme defines the HTTP scheme to use when scraping"),
+            "{binary}: {explained}"
+        );
+        let explained = ok(
+            binary,
+            &kc,
+            &[
+                "explain",
+                "prometheus.metadata.labels",
+                "--output",
+                "plaintext-openapiv2",
+            ],
+        );
+        let words = explained.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            words.contains("FIELD: labels <map[string]string>"),
             "{binary}: {explained}"
         );
 

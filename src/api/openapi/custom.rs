@@ -114,7 +114,7 @@ fn build(path: &str, version: &str, kinds: &[Arc<CustomKind>]) -> CustomDocument
 
 /// kube-apiserver's name of a custom kind's schema: the group reversed, then version and
 /// kind (`com.example.v1.Widget` for `example.com/v1` `Widget`).
-fn schema_name(group: &str, version: &str, kind: &str) -> String {
+pub(super) fn schema_name(group: &str, version: &str, kind: &str) -> String {
     let reversed: Vec<&str> = group.split('.').rev().collect();
     format!("{}.{version}.{kind}", reversed.join("."))
 }
@@ -131,7 +131,7 @@ fn gvk(kind: &CustomKind, version: &str, name: &str) -> Value {
 
 /// The version's schema with `apiVersion`, `kind` and `metadata` first, as kube-apiserver
 /// publishes it (the definition's own `metadata` schema is replaced by ObjectMeta).
-fn kind_schema(kind: &CustomKind, version: &str, raw: Option<&Value>) -> Value {
+pub(super) fn kind_schema(kind: &CustomKind, version: &str, raw: Option<&Value>) -> Value {
     let mut schema = match raw {
         Some(Value::Object(fields)) => fields.clone(),
         _ => Map::new(),
@@ -168,7 +168,7 @@ fn kind_schema(kind: &CustomKind, version: &str, raw: Option<&Value>) -> Value {
     Value::Object(schema)
 }
 
-fn list_schema(kind: &CustomKind, version: &str, item: &str) -> Value {
+pub(super) fn list_schema(kind: &CustomKind, version: &str, item: &str) -> Value {
     json!({
         "description": format!("{} is a list of {}", kind.list_kind, kind.kind),
         "type": "object",
@@ -188,7 +188,7 @@ fn list_schema(kind: &CustomKind, version: &str, item: &str) -> Value {
 }
 
 /// ObjectMeta, Patch and every schema they refer to, from the embedded core document.
-fn metadata_schemas() -> &'static [(String, Value)] {
+pub(super) fn metadata_schemas() -> &'static [(String, Value)] {
     static SCHEMAS: LazyLock<Vec<(String, Value)>> = LazyLock::new(|| {
         let Some(all) = super::documents()
             .iter()

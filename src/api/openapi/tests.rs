@@ -27,18 +27,63 @@ fn get_with(path: &str, accept: &str, kinds: &CustomKinds) -> (StatusCode, Strin
 }
 
 #[test]
-fn v2_is_empty_protobuf_for_kubectl() {
+fn v2_without_custom_kinds_publishes_no_definition() {
     let (status, ct, body) = get(
         "/openapi/v2",
         "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
     );
     assert_eq!(status, StatusCode::OK);
     assert_eq!(ct, V2_PROTOBUF);
-    assert!(body.is_empty());
+    // swagger "2.0" (field 1), info (2), then an empty definitions message (field 9).
+    assert!(body.starts_with(b"\x0a\x032.0"), "{body:?}");
+    assert!(body.ends_with(b"\x4a\x00"), "{body:?}");
     let (_, ct, body) = get("/openapi/v2", "application/json");
     assert_eq!(ct, "application/json");
     let doc: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(doc["swagger"], "2.0");
+    assert_eq!(doc["definitions"], json!({}), "no built-in kind");
+}
+
+#[test]
+fn v2_publishes_the_served_custom_kinds() {
+    let (_, kinds) = widget_kinds();
+    let (status, _, body) = get_with("/openapi/v2", "application/json", &kinds);
+    assert_eq!(status, StatusCode::OK);
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    let definitions = doc["definitions"].as_object().unwrap();
+    let widget = &definitions["com.example.v1.Widget"];
+    assert_eq!(
+        widget["x-kubernetes-group-version-kind"][0]["kind"],
+        "Widget"
+    );
+    assert_eq!(
+        widget["properties"]["spec"]["properties"]["color"]["enum"],
+        json!(["red"])
+    );
+    let meta = widget["properties"]["metadata"]["$ref"].as_str().unwrap();
+    let meta = meta.strip_prefix("#/definitions/").unwrap();
+    assert!(definitions.contains_key(meta), "{meta}");
+    assert!(definitions.contains_key("com.example.v1.WidgetList"));
+    assert!(
+        !definitions.contains_key("com.example.v2.Widget"),
+        "not served"
+    );
+    assert!(!definitions.keys().any(|k| k.starts_with("io.k8s.api.")));
+    // Every reference resolves: kubectl refuses a document with a dangling one.
+    let text = body.escape_ascii().to_string();
+    for part in text.split("#/definitions/").skip(1) {
+        let name = part.split('\\').next().unwrap().split('"').next().unwrap();
+        assert!(definitions.contains_key(name), "dangling {name}");
+    }
+    let (_, ct, protobuf) = get_with(
+        "/openapi/v2",
+        "application/json;q=0.9,application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+        &kinds,
+    );
+    assert_eq!(ct, V2_PROTOBUF);
+    assert!(protobuf
+        .windows(b"com.example.v1.Widget".len())
+        .any(|w| w == b"com.example.v1.Widget"));
 }
 
 #[test]
