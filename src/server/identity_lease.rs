@@ -87,26 +87,43 @@ pub async fn renew(client: &Client, server_name: &str, hostname: &str) -> Result
 /// at a first start, no leader yet on a member).
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
 
+/// How long renewals may fail before it is logged as a warning. A first start fails for a
+/// moment as a matter of course (the leader creates `kube-system` just after the server
+/// starts), and a warning on every fresh start would teach operators to ignore it.
+const FAILING_BEFORE_WARNING: Duration = Duration::from_secs(5);
+
 /// Creates the Lease at once, then renews it every `RENEW_INTERVAL` until `shutdown`. A failed
-/// renewal is retried after 200 ms; a run of failures is logged once, with the first error.
+/// renewal is retried after 200 ms; a run of failures lasting `FAILING_BEFORE_WARNING` is
+/// logged once, with its latest error.
 pub async fn renew_loop(
     client: Client,
     server_name: String,
     hostname: String,
     shutdown: CancellationToken,
 ) {
-    let mut failing = false;
+    // When the current run of failures began, and whether it has been logged.
+    let mut failing_since: Option<(tokio::time::Instant, bool)> = None;
     loop {
         let wait = match renew(&client, &server_name, &hostname).await {
             Ok(()) => {
-                failing = false;
+                if let Some((_, true)) = failing_since {
+                    tracing::info!(
+                        component = "server",
+                        "renewing the apiserver lease works again"
+                    );
+                }
+                failing_since = None;
                 RENEW_INTERVAL
             }
             Err(e) => {
-                if !failing {
-                    tracing::warn!(component = "server", error = %e, "renewing the apiserver lease failed; retrying");
+                let (since, logged) =
+                    failing_since.get_or_insert((tokio::time::Instant::now(), false));
+                if !*logged && since.elapsed() >= FAILING_BEFORE_WARNING {
+                    tracing::warn!(component = "server", error = %e, "renewing the apiserver lease has failed for 5 s; retrying");
+                    *logged = true;
+                } else {
+                    tracing::debug!(component = "server", error = %e, "renewing the apiserver lease failed; retrying");
                 }
-                failing = true;
                 RETRY_AFTER_FAILURE
             }
         };
