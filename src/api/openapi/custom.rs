@@ -190,11 +190,14 @@ pub(super) fn list_schema(kind: &CustomKind, version: &str, item: &str) -> Value
 /// ObjectMeta, Patch and every schema they refer to, from the embedded core document.
 pub(super) fn metadata_schemas() -> &'static [(String, Value)] {
     static SCHEMAS: LazyLock<Vec<(String, Value)>> = LazyLock::new(|| {
-        let Some(all) = super::documents()
+        // Parsed whole (descriptions are what `kubectl explain` shows) and dropped once the
+        // few schemas are copied.
+        let core = super::documents()
             .iter()
             .find(|d| d.path == "api/v1")
-            .and_then(|d| d.schema.pointer("/components/schemas"))
-        else {
+            .map(|d| d.parse())
+            .unwrap_or_default();
+        let Some(all) = core.pointer("/components/schemas") else {
             return Vec::new();
         };
         let mut out: Vec<(String, Value)> = Vec::new();
