@@ -62,6 +62,12 @@ fn schema_for(generator: &mut SchemaGenerator, r: &ResourceInfo) -> String {
         ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration") => {
             name!(admissionregistration::v1::ValidatingWebhookConfiguration)
         }
+        ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy") => {
+            name!(admissionregistration::v1::ValidatingAdmissionPolicy)
+        }
+        ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding") => {
+            name!(admissionregistration::v1::ValidatingAdmissionPolicyBinding)
+        }
         ("batch", "v1", "Job") => name!(batch::v1::Job),
         ("batch", "v1", "CronJob") => name!(batch::v1::CronJob),
         ("autoscaling", "v2", "HorizontalPodAutoscaler") => {

@@ -11,7 +11,9 @@
 //! - a dry run is sent with `dryRun: true` and not stored;
 //! - mutating webhooks run in configuration-name order, and one with `reinvocationPolicy:
 //!   IfNeeded` is called again, seeing the later webhook's patch;
-//! - bad configurations are refused with 422 (matchConditions included: no CEL engine);
+//! - matchConditions: a webhook is called only when all are true; one that fails to evaluate
+//!   skips the webhook under failurePolicy Ignore and refuses the write under Fail;
+//! - bad configurations are refused with 422 (matchConditions that do not compile included);
 //! - the configuration kinds are never sent to webhooks, so a broken one can be deleted.
 
 mod support;
@@ -370,6 +372,82 @@ fn failure_policies_decide_what_an_unusable_answer_does() {
 }
 
 #[test]
+fn match_conditions_decide_whether_a_webhook_is_called() {
+    let webhook = Webhook::start();
+    let server = Server::start(&[]);
+    let conditions = |expression: &str| json!([{"name": "named-deny", "expression": expression}]);
+    let hooks = vec![
+        case_hook(
+            &webhook,
+            "cond",
+            "/deny",
+            json!({"matchConditions": conditions("object.metadata.name.startsWith('deny-') && request.operation == 'CREATE'")}),
+        ),
+        case_hook(
+            &webhook,
+            "cond-error-ignore",
+            "/deny",
+            json!({"failurePolicy": "Ignore", "matchConditions": conditions("object.data.missing == 'x'")}),
+        ),
+        case_hook(
+            &webhook,
+            "cond-error-fail",
+            "/deny",
+            json!({"matchConditions": conditions("object.data.missing == 'x'")}),
+        ),
+    ];
+    create_configuration(
+        &server,
+        &configuration("ValidatingWebhookConfiguration", "conditions", hooks),
+    );
+    let path = "/api/v1/namespaces/default/configmaps";
+    // False: the webhook is not called.
+    let (status, body) = post(
+        &server,
+        path,
+        &config_map("keep-1", json!({"case": "cond"})),
+    );
+    assert_eq!(status, 201, "{body}");
+    assert!(
+        webhook.reviews("/deny").is_empty(),
+        "called although a condition was false"
+    );
+    // True: called (and it refuses).
+    let (status, body) = post(
+        &server,
+        path,
+        &config_map("deny-1", json!({"case": "cond"})),
+    );
+    assert_eq!(status, 403, "{body}");
+    let message = body["message"].as_str().unwrap_or("");
+    assert!(message.contains(DENY_MESSAGE), "{message}");
+    assert_eq!(webhook.reviews("/deny").len(), 1);
+    // An error: Ignore skips the webhook, Fail refuses the write without calling it.
+    let (status, body) = post(
+        &server,
+        path,
+        &config_map("deny-2", json!({"case": "cond-error-ignore"})),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = post(
+        &server,
+        path,
+        &config_map("deny-3", json!({"case": "cond-error-fail"})),
+    );
+    assert_eq!(status, 403, "{body}");
+    let message = body["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("failed calling webhook \"cond-error-fail.test.litek8s.io\": failed evaluating match conditions"),
+        "{message}"
+    );
+    assert_eq!(
+        webhook.reviews("/deny").len(),
+        1,
+        "a failing condition called the webhook"
+    );
+}
+
+#[test]
 fn dry_runs_are_sent_as_dry_runs() {
     let webhook = Webhook::start();
     let server = Server::start(&[]);
@@ -455,7 +533,9 @@ fn bad_configurations_are_refused_and_configurations_are_never_sent_to_webhooks(
         (json!({"sideEffects": "Some"}), "webhooks[0].sideEffects: Unsupported value: \"Some\""),
         (json!({"admissionReviewVersions": null}), "webhooks[0].admissionReviewVersions: Required value"),
         (json!({"timeoutSeconds": 31}), "webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds"),
-        (json!({"matchConditions": [{"name": "x", "expression": "true"}]}), "webhooks[0].matchConditions: Forbidden: matchConditions are not supported"),
+        (json!({"matchConditions": [{"name": "x", "expression": "object.("}]}), "webhooks[0].matchConditions[0].expression: Invalid value: \"object.(\": compilation failed"),
+        (json!({"matchConditions": [{"name": "x", "expression": "'yes'"}]}), "webhooks[0].matchConditions[0].expression: Invalid value: \"'yes'\": must evaluate to bool"),
+        (json!({"matchConditions": [{"name": "x", "expression": "true"}, {"name": "x", "expression": "true"}]}), "webhooks[0].matchConditions[1].name: Duplicate value: \"x\""),
     ];
     for (i, (extra, want)) in cases.into_iter().enumerate() {
         let object = configuration(

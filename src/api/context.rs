@@ -9,6 +9,7 @@ use super::cluster_ip::ClusterIpAllocator;
 use super::crd::CustomKinds;
 use super::metrics::ApiMetrics;
 use super::node_port::NodePortAllocator;
+use super::write::admission::policy::Policies;
 use super::write::admission::webhook::Webhooks;
 use super::write::admission::PodSecurityConfig;
 use crate::auth::rbac::Authorizer;
@@ -61,6 +62,9 @@ pub struct ApiContext {
     /// The admission webhooks, derived from the store's webhook configurations, and the
     /// connections to them (shared likewise).
     pub webhooks: Arc<Webhooks>,
+    /// The ValidatingAdmissionPolicies and their bindings, compiled, derived from the store
+    /// (shared likewise).
+    pub policies: Arc<Policies>,
     /// The PodSecurity plugin's defaults and exemptions (`--admission-control-config-file`).
     pub pod_security: Arc<PodSecurityConfig>,
 }
@@ -74,6 +78,7 @@ impl ApiContext {
             authorizer: Arc::new(Authorizer::new(store.clone())),
             custom_kinds: Arc::new(CustomKinds::new(store.clone())),
             webhooks: Arc::new(Webhooks::new(store.clone())),
+            policies: Arc::new(Policies::new(store.clone())),
             store,
             writer,
             reads: Arc::new(LocalReads),
@@ -108,6 +113,7 @@ impl ApiContext {
             metrics: self.metrics.clone(),
             custom_kinds: self.custom_kinds.clone(),
             webhooks: self.webhooks.clone(),
+            policies: self.policies.clone(),
             pod_security: self.pod_security.clone(),
         }
     }

@@ -95,6 +95,12 @@ pub fn validate(
         ("certificates.k8s.io", "CertificateSigningRequest") => {
             causes.extend(super::certificates::causes(old, object))
         }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => causes.extend(
+            crate::api::write::admission::policy::config::policy_causes(object),
+        ),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            causes.extend(crate::api::write::admission::policy::config::binding_causes(object))
+        }
         ("admissionregistration.k8s.io", kind) => {
             causes.extend(crate::api::write::admission::webhook::config::causes(
                 object,

@@ -173,7 +173,7 @@ pub fn check_body_name(object: &mut Value, url_name: &str) -> Result<(), ApiErro
 }
 
 /// A qualified name (`[prefix/]name`) as label and annotation keys use.
-fn qualified_name_problem(key: &str) -> Option<String> {
+pub(crate) fn qualified_name_problem(key: &str) -> Option<String> {
     let (prefix, name) = match key.rsplit_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),

@@ -129,11 +129,24 @@ impl Ty {
 pub struct Checked {
     pub cost: u64,
     pub variables: BTreeSet<String>,
+    /// The fields selected straight from an environment variable (`variables.name`).
+    pub selected: BTreeSet<(String, String)>,
     pub result: Ty,
 }
 
 /// Checks `expr` in the environment `env` (variables and their types).
 pub fn check(expr: &IdedExpr, env: &[(&str, Ty)]) -> Result<Checked, String> {
+    walk(expr, env, false)
+}
+
+/// The cost of evaluating `expr` against values whose types are their actual shapes and sizes
+/// (`Ty::of_value`): a field the value lacks is `null` there, and what would be a type error
+/// is the evaluation's own error, costing one unit here.
+pub fn estimate(expr: &IdedExpr, env: &[(&str, Ty)]) -> Result<u64, String> {
+    walk(expr, env, true).map(|c| c.cost)
+}
+
+fn walk(expr: &IdedExpr, env: &[(&str, Ty)], actual: bool) -> Result<Checked, String> {
     let mut walk = Walk {
         scopes: env
             .iter()
@@ -141,12 +154,15 @@ pub fn check(expr: &IdedExpr, env: &[(&str, Ty)]) -> Result<Checked, String> {
             .collect(),
         env: env.iter().map(|(n, _)| n.to_string()).collect(),
         used: BTreeSet::new(),
+        selected: BTreeSet::new(),
         depth: 0,
+        actual,
     };
     let (cost, result) = walk.expr(expr)?;
     Ok(Checked {
         cost,
         variables: walk.used,
+        selected: walk.selected,
         result,
     })
 }
@@ -159,7 +175,11 @@ struct Walk {
     scopes: Vec<(String, Ty)>,
     env: BTreeSet<String>,
     used: BTreeSet<String>,
+    selected: BTreeSet<(String, String)>,
     depth: usize,
+    /// Whether the types are the actual values' (an estimate for one evaluation) rather
+    /// than what a schema allows.
+    actual: bool,
 }
 
 /// A tenth of a unit per character, as kube-apiserver charges string traversal.
@@ -221,15 +241,22 @@ impl Walk {
                 Ok((1, ty))
             }
             Expr::Select(select) => {
+                if let Expr::Ident(name) = &select.operand.expr {
+                    if self.env.contains(name) {
+                        self.selected.insert((name.clone(), select.field.clone()));
+                    }
+                }
                 let (cost, ty) = self.expr(&select.operand)?;
                 let field = match &ty {
                     Ty::Object { fields, open } => match fields.get(&select.field) {
                         Some(t) => t.clone(),
+                        None if self.actual => Ty::Null,
                         None if *open => Ty::Dyn,
                         None => return Err(format!("undefined field '{}'", select.field)),
                     },
                     Ty::Map { value, .. } => (**value).clone(),
                     Ty::Dyn => Ty::Dyn,
+                    _ if self.actual => Ty::Null,
                     other => {
                         return Err(format!(
                             "type '{}' does not support field selection",
@@ -289,6 +316,7 @@ impl Walk {
                     Ty::Map { max, .. } => (*max, Ty::string(None)),
                     Ty::Object { .. } => (range.size(), Ty::string(None)),
                     Ty::Dyn => (MAX_REQUEST_BYTES / 2, Ty::Dyn),
+                    _ if self.actual => (0, Ty::Null),
                     other => {
                         return Err(format!(
                             "expression of type '{}' cannot be range of a comprehension (must be list, map, or dynamic)",
@@ -350,7 +378,12 @@ impl Walk {
                     cost = cost.saturating_add(c);
                     args.push(t);
                 }
-                let (own, ty) = function(&call.func_name, target.as_ref(), &args)?;
+                let (own, ty) = match function(&call.func_name, target.as_ref(), &args) {
+                    Ok(found) => found,
+                    // A call the values do not fit fails when evaluated, before any work.
+                    Err(_) if self.actual => (1, Ty::Null),
+                    Err(e) => return Err(e),
+                };
                 Ok((cost.saturating_add(own), ty))
             }
         }

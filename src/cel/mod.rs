@@ -68,6 +68,9 @@ pub struct Program {
     pub cost: u64,
     /// The environment's variables the expression refers to (e.g. whether it uses `oldSelf`).
     pub variables: BTreeSet<String>,
+    /// The fields the expression selects straight from a variable of the environment, as
+    /// (variable, field): which of a policy's `variables.name` it reads.
+    pub selected: BTreeSet<(String, String)>,
     /// The type of the result, when the static pass knows it.
     pub result: Ty,
 }
@@ -81,8 +84,20 @@ pub fn compile(source: &str, env: &[(&str, Ty)]) -> Result<Program, CelError> {
         program,
         cost: checked.cost,
         variables: checked.variables,
+        selected: checked.selected,
         result: checked.result,
     })
+}
+
+impl Program {
+    /// The cost of evaluating this program with variables of the types `env` gives, which
+    /// are the actual values' shapes and sizes (`Ty::of_value`): a bound computed before an
+    /// evaluation whose inputs no schema bounds (admission policies, webhook conditions).
+    pub fn estimate(&self, env: &[(&str, Ty)]) -> u64 {
+        // The program passed the static check; a failure here can only make the estimate
+        // unknown, and an unknown cost is no cost worth refusing.
+        check::estimate(self.program.expression(), env).unwrap_or(0)
+    }
 }
 
 /// The functions of an evaluation: CEL's standard ones and kube-apiserver's libraries. Made

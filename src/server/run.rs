@@ -237,6 +237,7 @@ pub async fn run_until(
     tokio::spawn(ctx.authorizer.clone().follow(shutdown.clone()));
     tokio::spawn(ctx.custom_kinds.clone().follow(shutdown.clone()));
     tokio::spawn(ctx.webhooks.clone().follow(shutdown.clone()));
+    tokio::spawn(ctx.policies.clone().follow(shutdown.clone()));
     tracing::info!(
         component = "server",
         listen = %bound,

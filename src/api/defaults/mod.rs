@@ -44,6 +44,10 @@ pub fn apply(info: &ResourceInfo, object: &mut Value) {
             object,
             kind == "MutatingWebhookConfiguration",
         ),
+        (
+            "admissionregistration.k8s.io",
+            kind @ ("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding"),
+        ) => crate::api::write::admission::policy::config::apply_defaults(object, kind),
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
             other::role_binding(object)
         }

@@ -1,16 +1,28 @@
 //! Printers for storage, networking, policy and RBAC kinds: persistentvolumes,
 //! persistentvolumeclaims, storageclasses, resourcequotas, priorityclasses, ingresses,
 //! ingressclasses, networkpolicies, rolebindings, clusterrolebindings and
-//! certificatesigningrequests. Roles, clusterroles
+//! certificatesigningrequests, validatingadmissionpolicies and their bindings. Roles, clusterroles
 //! and limitranges have no printer upstream and get the default table.
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use super::format::{age, array, label_selector, name, text, At};
+use super::format::{age, array, count, label_selector, name, text, At};
 use super::{col, typed, wide, Column, Printer, AGE, NAME};
 
 pub(super) static PRINTERS: &[Printer] = &[
+    Printer {
+        group: "admissionregistration.k8s.io",
+        kind: "ValidatingAdmissionPolicy",
+        columns: ADMISSION_POLICY,
+        cells: admission_policy,
+    },
+    Printer {
+        group: "admissionregistration.k8s.io",
+        kind: "ValidatingAdmissionPolicyBinding",
+        columns: ADMISSION_POLICY_BINDING,
+        cells: admission_policy_binding,
+    },
     Printer {
         group: "",
         kind: "PersistentVolume",
@@ -536,5 +548,64 @@ fn binding(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
         json!(users.join(", ")),
         json!(groups.join(", ")),
         json!(sas.join(", ")),
+    ]
+}
+
+const ADMISSION_POLICY: &[Column] = &[
+    NAME,
+    typed(
+        "Validations",
+        "integer",
+        "Validations indicates the number of validation rules defined in this configuration",
+    ),
+    col(
+        "ParamKind",
+        "ParamKind specifies the kind of resources used to parameterize this policy",
+    ),
+    AGE,
+];
+
+fn admission_policy(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let param_kind = match obj.pointer("/spec/paramKind").filter(|v| !v.is_null()) {
+        None => "<unset>".to_string(),
+        Some(k) => format!("{}/{}", text(k, "/apiVersion"), text(k, "/kind")),
+    };
+    vec![
+        json!(name(obj)),
+        json!(count(obj, "/spec/validations")),
+        json!(param_kind),
+        json!(age(obj, now)),
+    ]
+}
+
+const ADMISSION_POLICY_BINDING: &[Column] = &[
+    NAME,
+    col(
+        "PolicyName",
+        "PolicyName indicates the policy definition which the policy binding binded to",
+    ),
+    col(
+        "ParamRef",
+        "ParamRef indicates the param resource which sets the configration param",
+    ),
+    AGE,
+];
+
+fn admission_policy_binding(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let param_ref = match obj.pointer("/spec/paramRef").filter(|v| !v.is_null()) {
+        None => "<unset>".to_string(),
+        Some(p) => match (text(p, "/name"), text(p, "/namespace")) {
+            ("", _) => {
+                crate::kube::selectors::label_selector_string(p.get("selector")).unwrap_or_default()
+            }
+            (name, "") => format!("*/{name}"),
+            (name, namespace) => format!("{namespace}/{name}"),
+        },
+    };
+    vec![
+        json!(name(obj)),
+        json!(text(obj, "/spec/policyName")),
+        json!(param_ref),
+        json!(age(obj, now)),
     ]
 }

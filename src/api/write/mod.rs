@@ -263,6 +263,15 @@ async fn mark(
             admission::webhook::validate(req, op, Some(&object), Some(&old)).await?;
         }
     }
+    if admission::policy::any(req) {
+        let op = admission::webhook::Op::Update;
+        let old = current.value();
+        if deleting {
+            admission::policy::validate(req, admission::webhook::Op::Delete, None, Some(&old))?;
+        } else {
+            admission::policy::validate(req, op, Some(&object), Some(&old))?;
+        }
+    }
     if dry_run {
         return Ok(Written::DryRun(object));
     }
@@ -326,6 +335,10 @@ async fn remove(
     admission::admit(req, Operation::Delete { current })?;
     if admission::webhook::any(req) {
         admission::webhook::delete(req, &current.value()).await?;
+    }
+    if admission::policy::any(req) {
+        let op = admission::webhook::Op::Delete;
+        admission::policy::validate(req, op, None, Some(&current.value()))?;
     }
     if dry_run {
         return Ok(current.clone());

@@ -153,6 +153,7 @@ async fn create_from(
             // Validating admission sees the object as it will be stored; the quota, last,
             // charges only what every other check let through.
             webhook::validate(req, Op::Create, Some(&candidate), None).await?;
+            admission::policy::validate(req, Op::Create, Some(&candidate), None)?;
             admission::charge_quota(req, None, &object, dry_run).await?;
         }
         if dry_run {

@@ -71,6 +71,7 @@ pub(super) async fn replace(
     let reservation = kind_rules::prepare(&req.ctx, info, &name, Some(&old), &mut new)?;
     ownership::record_write(req, Some(&old), &mut new);
     webhook::validate(req, Op::Update, Some(&new), Some(&old)).await?;
+    admission::policy::validate(req, Op::Update, Some(&new), Some(&old))?;
     if meta::same_but_rv(&old, &new) {
         return Ok(Written::Stored(current.clone()));
     }

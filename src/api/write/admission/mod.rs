@@ -21,6 +21,7 @@
 //! | [`rbac_escalation`] | no role or binding grants what its writer does not hold (kube-apiserver applies it in the RBAC kinds' storage, after admission) |
 //! | [`webhook`] (mutating) | MutatingWebhookConfigurations' webhooks, in order, their patches applied |
 //! | [`webhook`] (validating) | ValidatingWebhookConfigurations' webhooks, at once, on the object as it will be stored |
+//! | [`policy`] | ValidatingAdmissionPolicies with their bindings (CEL, in-process), right after the validating webhooks |
 //! | [`resource_quota`] | usage recorded in the namespace's quotas, or the write refused |
 //!
 //! The quota plugin is not in [`PLUGINS`]: it writes (the quotas' status) and so is async,
@@ -28,14 +29,17 @@
 //! [`charge_quota`] after the kind's defaults and validation, as upstream's validating
 //! admission runs after mutation. The webhooks are async too: the write step calls
 //! [`webhook::mutate`] right after [`admit`] and [`webhook::validate`] after the kind's
-//! preparation, before the quota.
+//! preparation, before the quota; [`policy::validate`] right after it. [`expressions`] is the
+//! CEL both use (webhook matchConditions, policies).
 
 mod certificate_signing;
 mod default_toleration_seconds;
+pub(crate) mod expressions;
 mod limit_ranger;
 mod node_restriction;
 pub(crate) mod pod_resources;
 mod pod_security;
+pub(crate) mod policy;
 mod priority;
 mod rbac_escalation;
 pub(crate) mod resource_quota;

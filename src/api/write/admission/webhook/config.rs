@@ -3,8 +3,8 @@
 //! write, with kube-apiserver's field paths and messages, and their reading into the
 //! [`Hook`]s the index keeps.
 //!
-//! `matchConditions` need a CEL engine, which this server does not have: a configuration that
-//! uses them is refused (422) rather than stored and silently called without them.
+//! `matchConditions` are compiled when a configuration is written (`admission::expressions`):
+//! one that does not compile is refused (422).
 
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use crate::api::status::Cause;
 use crate::api::validation::is_dns1123_subdomain;
+use crate::api::write::admission::expressions::{self, Condition};
 use crate::kube::selectors::LabelSelector;
 
 pub const MUTATING_KIND: &str = "MutatingWebhookConfiguration";
@@ -190,16 +191,12 @@ pub fn causes(object: &Value, mutating: bool) -> Vec<Cause> {
             &format!("{path}.clientConfig"),
             &mut causes,
         );
-        if hook
-            .get("matchConditions")
-            .and_then(Value::as_array)
-            .is_some_and(|c| !c.is_empty())
-        {
-            causes.push(Cause::forbidden(
-                &format!("{path}.matchConditions"),
-                "matchConditions are not supported by this server (it has no CEL engine)",
-            ));
-        }
+        expressions::match_conditions(
+            hook.get("matchConditions"),
+            &format!("{path}.matchConditions"),
+            &expressions::webhook_env(),
+            &mut causes,
+        );
     }
     causes
 }
@@ -227,9 +224,14 @@ fn rules(hook: &Value, path: &str, causes: &mut Vec<Cause>) {
     let Some(rules) = hook.get("rules").and_then(Value::as_array) else {
         return;
     };
+    rule_list(rules, &format!("{path}.rules"), causes);
+}
+
+/// kube-apiserver's `validateRuleWithOperations` of each rule of `rules` (at `path`).
+pub fn rule_list(rules: &[Value], path: &str, causes: &mut Vec<Cause>) {
     const OPERATIONS: &[&str] = &["*", "CREATE", "UPDATE", "DELETE", "CONNECT"];
     for (j, rule) in rules.iter().enumerate() {
-        let path = format!("{path}.rules[{j}]");
+        let path = format!("{path}[{j}]");
         let list = |key: &str| -> Vec<&str> {
             rule.get(key)
                 .and_then(Value::as_array)
@@ -432,9 +434,28 @@ pub struct Hook {
     pub timeout: Duration,
     /// `reinvocationPolicy: IfNeeded` (mutating webhooks only).
     pub reinvoke: bool,
+    /// All must be true for the webhook to be called.
+    pub conditions: Vec<Condition>,
 }
 
-fn strings(value: Option<&Value>) -> Vec<String> {
+impl Rule {
+    /// A stored rule (`RuleWithOperations`).
+    pub fn read(rule: &Value) -> Rule {
+        Rule {
+            operations: strings(rule.get("operations")),
+            api_groups: strings(rule.get("apiGroups")),
+            api_versions: strings(rule.get("apiVersions")),
+            resources: strings(rule.get("resources")),
+            scope: rule
+                .get("scope")
+                .and_then(Value::as_str)
+                .unwrap_or("*")
+                .to_string(),
+        }
+    }
+}
+
+pub fn strings(value: Option<&Value>) -> Vec<String> {
     value
         .and_then(Value::as_array)
         .map(|v| {
@@ -503,17 +524,7 @@ fn read_hook(configuration: &str, hook: &Value) -> Option<Hook> {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .map(|r| Rule {
-            operations: strings(r.get("operations")),
-            api_groups: strings(r.get("apiGroups")),
-            api_versions: strings(r.get("apiVersions")),
-            resources: strings(r.get("resources")),
-            scope: r
-                .get("scope")
-                .and_then(Value::as_str)
-                .unwrap_or("*")
-                .to_string(),
-        })
+        .map(Rule::read)
         .collect();
     let selector = |key: &str| {
         LabelSelector::from_object(hook.get(key))
@@ -540,6 +551,10 @@ fn read_hook(configuration: &str, hook: &Value) -> Option<Hook> {
                 .clamp(1, 30),
         ),
         reinvoke: hook.get("reinvocationPolicy").and_then(Value::as_str) == Some("IfNeeded"),
+        conditions: expressions::read_conditions(
+            hook.get("matchConditions"),
+            &expressions::webhook_env(),
+        ),
     })
 }
 
@@ -603,7 +618,8 @@ mod tests {
             (json!({"failurePolicy": "Maybe"}), "webhooks[0].failurePolicy: Unsupported value: \"Maybe\": supported values: \"Fail\", \"Ignore\""),
             (json!({"rules": [{"operations": ["*", "CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}), "if '*' is present, must not specify other operations"),
             (json!({"rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": []}]}), "webhooks[0].rules[0].resources: Required value"),
-            (json!({"matchConditions": [{"name": "a", "expression": "true"}]}), "webhooks[0].matchConditions: Forbidden: matchConditions are not supported"),
+            (json!({"matchConditions": [{"name": "a", "expression": "object.("}]}), "webhooks[0].matchConditions[0].expression: Invalid value: \"object.(\": compilation failed"),
+            (json!({"matchConditions": [{"name": "a", "expression": "1"}]}), "webhooks[0].matchConditions[0].expression: Invalid value: \"1\": must evaluate to bool"),
         ];
         for (extra, want) in cases {
             let got = messages(vec![hook(extra.clone())], false);

@@ -21,7 +21,7 @@
 
 mod call;
 pub mod config;
-mod matching;
+pub(super) mod matching;
 
 use std::sync::Arc;
 
@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use self::call::{Answer, CallError, Clients, Review};
 use self::config::{Hook, SideEffects, GROUP, MUTATING_KIND, VALIDATING_KIND};
 use self::matching::{labels_of, Attributes};
+use super::expressions::{self, Activation, Decision};
 use crate::api::request::ApiRequest;
 use crate::api::status::ApiError;
 use crate::kube::derived::{Derived, FromStore};
@@ -119,7 +120,7 @@ pub enum Op {
 }
 
 impl Op {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Op::Create => "CREATE",
             Op::Update => "UPDATE",
@@ -278,7 +279,56 @@ fn warn(req: &ApiRequest, answer: &Answer) {
     }
 }
 
-/// Calls one webhook; `Ok(None)` when its failure was ignored.
+/// Whether the webhook's matchConditions let it be called: all true calls it, a false one
+/// skips it; one that cannot be evaluated skips it under failurePolicy Ignore and refuses the
+/// write under Fail (403, as kube-apiserver answers).
+fn conditions_allow(
+    req: &ApiRequest,
+    hook: &Hook,
+    op: Op,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<bool, ApiError> {
+    if hook.conditions.is_empty() {
+        return Ok(true);
+    }
+    let name = req
+        .target
+        .name
+        .as_deref()
+        .or_else(|| {
+            object
+                .or(old)
+                .and_then(|o| crate::api::meta::str_at(o, "/metadata/name"))
+        })
+        .unwrap_or("");
+    let request =
+        expressions::request_value(req, op.as_str(), name, namespace_of(req, object.or(old)));
+    match Activation::new(&request, object, old).conditions(&hook.conditions) {
+        Decision::Match => Ok(true),
+        Decision::NoMatch { .. } => Ok(false),
+        Decision::Error { condition, error } if hook.ignore_failures => {
+            tracing::warn!(
+                component = "admission",
+                webhook = %hook.name,
+                condition,
+                error,
+                "matchCondition failed to evaluate; failurePolicy Ignore skips the webhook"
+            );
+            Ok(false)
+        }
+        Decision::Error { condition, error } => Err(ApiError::WebhookDenied {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: format!(
+                "failed calling webhook {:?}: failed evaluating match conditions: matchCondition {condition:?}: {error}",
+                hook.name
+            ),
+        }),
+    }
+}
+
+/// Calls one webhook; `Ok(None)` when its failure was ignored or its matchConditions skip it.
 async fn call_one(
     req: &ApiRequest,
     hook: &Hook,
@@ -286,6 +336,9 @@ async fn call_one(
     object: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<Option<Answer>, ApiError> {
+    if !conditions_allow(req, hook, op, object, old)? {
+        return Ok(None);
+    }
     let uid = uuid::Uuid::new_v4().to_string();
     let body = review(req, &uid, op, object, old);
     let clients = &req.ctx.webhooks.clients;
