@@ -5,7 +5,8 @@
 //! recorded when its answer starts and when it ends, impersonation names both users, the log
 //! rotates into kube-apiserver's backup names, and an invalid policy stops start-up naming
 //! the file and the reason. On a 3-server cluster a write sent to a follower is recorded by
-//! that follower alone, not by the leader it is forwarded to.
+//! that follower alone, not by the leader it is forwarded to, with the annotations the
+//! leader's authorization and PodSecurity admission made.
 
 mod cluster_support;
 mod support;
@@ -368,7 +369,7 @@ fn a_forwarded_write_is_audited_once_by_the_server_the_client_reached() {
     let policy = tmp.path().join("policy.yaml");
     std::fs::write(
         &policy,
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Request\n  resources:\n  - group: \"\"\n    resources: [configmaps]\n",
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Request\n  resources:\n  - group: \"\"\n    resources: [configmaps]\n- level: Metadata\n  resources:\n  - group: \"\"\n    resources: [pods]\n",
     )
     .unwrap();
     let log = |i: usize| tmp.path().join(format!("audit-{i}")).join("audit.log");
@@ -442,4 +443,59 @@ fn a_forwarded_write_is_audited_once_by_the_server_the_client_reached() {
     wait_for(&dir, "the leader's read", |e| {
         is(e, "ResponseComplete", "get", "configmaps", "via-follower")
     });
+
+    // Authorization and admission run on the leader, yet their annotations belong to the event
+    // the follower writes, as they would on a single server: a privileged pod in a namespace
+    // that audits the restricted level.
+    let api = cluster.api(follower);
+    let resp = rt.block_on(async {
+        let ns = api
+            .post_json(
+                "/api/v1/namespaces",
+                &serde_json::json!({"metadata": {"name": "audited",
+                    "labels": {"pod-security.kubernetes.io/audit": "restricted"}}}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(ns.status, 201, "{}", ns.text());
+        api.post_json(
+            "/api/v1/namespaces/audited/pods",
+            &serde_json::json!({"metadata": {"name": "root"}, "spec": {"containers": [
+                {"name": "c", "image": "busybox", "securityContext": {"privileged": true}}]}}),
+        )
+        .await
+        .unwrap()
+    });
+    assert_eq!(resp.status, 201, "{}", resp.text());
+    assert!(
+        !resp.headers.contains_key("x-litek8s-audit-annotations"),
+        "the leader's annotations are for the follower, not the client: {:?}",
+        resp.headers
+    );
+    let dir = log(follower).parent().unwrap().to_path_buf();
+    let e = wait_for(&dir, "the follower's event of the pod", |e| {
+        e["stage"] == "ResponseComplete"
+            && e["verb"] == "create"
+            && e["objectRef"]["resource"] == "pods"
+            && e["objectRef"]["namespace"] == "audited"
+    });
+    let annotations = &e["annotations"];
+    assert_eq!(
+        annotations["pod-security.kubernetes.io/enforce-policy"], "privileged:latest",
+        "{e}"
+    );
+    let violations = annotations["pod-security.kubernetes.io/audit-violations"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        violations.starts_with("would violate PodSecurity \"restricted:latest\": ")
+            && violations.contains(
+                "privileged (container \"c\" must not set securityContext.privileged=true)"
+            ),
+        "{e}"
+    );
+    assert_eq!(annotations["authorization.k8s.io/decision"], "allow", "{e}");
+    std::thread::sleep(Duration::from_millis(500));
+    let leader_log = std::fs::read_to_string(log(leader)).unwrap_or_default();
+    assert!(!leader_log.contains("audited"), "{leader_log}");
 }

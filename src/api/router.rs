@@ -133,7 +133,7 @@ where
         content_type.starts_with("application/apply-patch"),
     );
     let user_agent = header_str(&req, header::USER_AGENT);
-    let audit = crate::audit::request::Handle::of(&req);
+    let audit = crate::audit::request::Annotations::of(&req);
     let method = req.method().clone();
     let has_body = matches!(
         method,

@@ -10,9 +10,10 @@
 //! starts a [`Tracker`] once a caller is authenticated. A write a follower forwards to the
 //! leader is audited by the follower only — the client talked to it, its peer address is the
 //! client's, and one request gives one set of events; the leader knows the request came with
-//! the cluster secret and records nothing. The control plane's own requests (the in-process
-//! client of the controllers and the scheduler) do not cross the transport and are not
-//! recorded. Each server writes its own log.
+//! the cluster secret and records nothing, but the annotations its authorization and admission
+//! make go back to the follower's event (`request::Carried`). The control plane's own
+//! requests (the in-process client of the controllers and the scheduler) do not cross the
+//! transport and are not recorded. Each server writes its own log.
 
 pub mod event;
 pub mod policy;

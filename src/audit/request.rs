@@ -3,7 +3,8 @@
 //! ([`TeeBody`]), and the response body that records `ResponseComplete` when it has been sent
 //! or dropped ([`AuditedBody`]). The router adds what only it knows — the impersonated user
 //! and the authorization decision — through [`note_impersonation`] and [`note_decision`],
-//! which find the tracker in the request's extensions.
+//! which find the tracker in the request's extensions. A write a follower forwarded has no
+//! tracker on the leader: its annotations are [`Carried`] back to the follower's event.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -76,6 +77,49 @@ impl Handle {
     }
 }
 
+/// The annotations of a request whose event another server writes. A write a follower
+/// forwards is audited by that follower, while the leader authorizes and admits it: the leader
+/// collects what it would have annotated here and sends it back with its answer
+/// (`cluster::forward`), and the follower adds it to its own event.
+#[derive(Clone, Debug, Default)]
+pub struct Carried(Arc<Mutex<BTreeMap<String, String>>>);
+
+impl Carried {
+    /// The annotations collected so far, leaving none.
+    pub fn take(&self) -> BTreeMap<String, String> {
+        std::mem::take(&mut *self.0.lock())
+    }
+}
+
+/// Where a request's annotations go: its own event, or back to the server that audits it.
+#[derive(Clone, Debug)]
+pub enum Annotations {
+    Tracked(Handle),
+    Carried(Carried),
+}
+
+impl Annotations {
+    /// Where the annotations of `req` go, if it is audited anywhere.
+    pub fn of<B>(req: &Request<B>) -> Option<Annotations> {
+        if let Some(handle) = Handle::of(req) {
+            return Some(Annotations::Tracked(handle));
+        }
+        req.extensions()
+            .get::<Carried>()
+            .cloned()
+            .map(Annotations::Carried)
+    }
+
+    pub fn annotate(&self, key: String, value: String) {
+        match self {
+            Annotations::Tracked(handle) => handle.annotate(key, value),
+            Annotations::Carried(carried) => {
+                carried.0.lock().insert(key, value);
+            }
+        }
+    }
+}
+
 /// Records who the request acts as when it impersonates.
 pub fn note_impersonation<B>(req: &Request<B>, user: &UserInfo) {
     if let Some(Handle(t)) = req.extensions().get::<Handle>() {
@@ -85,11 +129,10 @@ pub fn note_impersonation<B>(req: &Request<B>, user: &UserInfo) {
 
 /// Records the authorizer's decision (kube-apiserver's `allow`/`forbid` and reason).
 pub fn note_decision<B>(req: &Request<B>, allowed: bool, reason: &str) {
-    if let Some(Handle(t)) = req.extensions().get::<Handle>() {
-        let mut notes = t.notes.lock();
+    if let Some(annotations) = Annotations::of(req) {
         let decision = if allowed { "allow" } else { "forbid" };
-        notes.annotations.insert(DECISION.into(), decision.into());
-        notes.annotations.insert(REASON.into(), reason.into());
+        annotations.annotate(DECISION.into(), decision.into());
+        annotations.annotate(REASON.into(), reason.into());
     }
 }
 

@@ -6,8 +6,11 @@
 //! the leader authorizes the user the follower authenticated. From anyone else the header is
 //! ignored (and logged): the request is authenticated by its own credential. The leader answers with its store's
 //! resourceVersion in `x-litek8s-resource-version`; the follower answers its client once it has
-//! applied that far (read-your-writes through one server).
+//! applied that far (read-your-writes through one server). The follower audits the request
+//! (crate::audit); what the leader's authorization and admission annotate comes back in
+//! `x-litek8s-audit-annotations` for the follower's event, and never reaches the client.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,12 +23,15 @@ use super::peer::PeerError;
 use super::raft_writer::NO_LEADER_TIMEOUT;
 use crate::api::status::ApiError;
 use crate::api::{response, ApiBody};
+use crate::audit::request::{Carried, Handle};
 use crate::auth::UserInfo;
 
 /// The user a follower authenticated, sent to the leader with the cluster secret.
 pub const FORWARDED_USER: &str = "x-litek8s-forwarded-user";
 /// The leader's store resourceVersion after a forwarded request.
 pub const LEADER_RESOURCE_VERSION: &str = "x-litek8s-resource-version";
+/// The audit annotations the leader made for a forwarded request (a JSON object of strings).
+pub const AUDIT_ANNOTATIONS: &str = "x-litek8s-audit-annotations";
 /// The largest forwarded body: the API's own request limit plus room for framing.
 const MAX_FORWARDED_BODY: usize = 4 << 20;
 /// How long the leader may take to answer one forwarded request.
@@ -65,7 +71,12 @@ pub fn forwarded_user<B>(node: &ClusterNode, req: &Request<B>) -> Option<UserInf
 /// The header value carrying `user`: its JSON with every non-ASCII character escaped, so it
 /// is a valid header value whatever the names hold.
 pub(crate) fn user_header(user: &UserInfo) -> Option<HeaderValue> {
-    let json = serde_json::to_string(user).ok()?;
+    ascii_json(user)
+}
+
+/// `value` as JSON with every non-ASCII character escaped: always a valid header value.
+fn ascii_json(value: &impl serde::Serialize) -> Option<HeaderValue> {
+    let json = serde_json::to_string(value).ok()?;
     let mut ascii = String::with_capacity(json.len());
     for c in json.chars() {
         if c.is_ascii() {
@@ -89,6 +100,17 @@ pub fn stamp_leader_version(node: &ClusterNode, response: &mut Response<ApiBody>
     }
 }
 
+/// Sends the annotations the leader collected for a forwarded request back with its answer.
+pub fn carry_annotations(carried: &Carried, response: &mut Response<ApiBody>) {
+    let annotations = carried.take();
+    if annotations.is_empty() {
+        return;
+    }
+    if let Some(value) = ascii_json(&annotations) {
+        response.headers_mut().insert(AUDIT_ANNOTATIONS, value);
+    }
+}
+
 /// What a follower does with a client write.
 pub enum Routed {
     /// This member leads (or became leader meanwhile): serve it here.
@@ -108,6 +130,7 @@ where
     B: hyper::body::Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let audit = Handle::of(&req);
     let (parts, body) = req.into_parts();
     let body = match Limited::new(body, MAX_FORWARDED_BODY).collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -153,7 +176,7 @@ where
             .exchange(&leader.api, request, FORWARD_TIMEOUT)
             .await
         {
-            Ok(answer) => return Routed::Answered(relay(node, answer).await),
+            Ok(answer) => return Routed::Answered(relay(node, answer, audit.as_ref()).await),
             // Never reached the leader: safe to try again once a leader is known.
             Err(PeerError::Unreachable { reason, .. }) => {
                 tracing::debug!(leader = %leader.name, "forwarding: {reason}");
@@ -175,9 +198,22 @@ where
     }
 }
 
-/// The leader's answer for the client, once this member has applied what it acknowledged.
-async fn relay(node: &ClusterNode, answer: Response<Bytes>) -> Response<ApiBody> {
+/// The leader's answer for the client, once this member has applied what it acknowledged; the
+/// leader's audit annotations go to this member's event of the request.
+async fn relay(
+    node: &ClusterNode,
+    answer: Response<Bytes>,
+    audit: Option<&Handle>,
+) -> Response<ApiBody> {
     let (mut parts, body) = answer.into_parts();
+    let annotations = parts.headers.remove(AUDIT_ANNOTATIONS);
+    if let (Some(audit), Some(value)) = (audit, annotations) {
+        let carried: BTreeMap<String, String> =
+            serde_json::from_slice(value.as_bytes()).unwrap_or_default();
+        for (key, value) in carried {
+            audit.annotate(key, value);
+        }
+    }
     let leader_rv = parts
         .headers
         .remove(LEADER_RESOURCE_VERSION)

@@ -16,6 +16,7 @@ use hyper::body::Incoming;
 use super::authn::{Authenticated, Authenticator, Connection};
 use crate::api::status::ApiError;
 use crate::api::{router, ApiBody, ApiContext, UserInfo};
+use crate::audit::request::Carried;
 use crate::audit::{Auditor, TeeBody};
 use crate::cluster::endpoints::ClusterEndpoints;
 use crate::cluster::forward::{self, Routed};
@@ -46,11 +47,15 @@ impl Dispatch {
         }
         let node = self.cluster.node();
         // A write a follower forwarded (the cluster secret vouches for the user). The
-        // follower audited it (crate::audit).
+        // follower audits it (crate::audit), with the annotations made here.
         if let (Some(node), true) = (node, conn.tls) {
             if let Some(user) = forward::forwarded_user(node, &req) {
+                let carried = Carried::default();
+                let mut req = req;
+                req.extensions_mut().insert(carried.clone());
                 let mut resp = router::serve(self.ctx.clone(), req, user).await;
                 forward::stamp_leader_version(node, &mut resp);
+                forward::carry_annotations(&carried, &mut resp);
                 return Ok(resp);
             }
         }

@@ -1,7 +1,8 @@
 //! The RBAC objects of the store, indexed for authorization: Roles and ClusterRoles by name,
 //! and every RoleBinding and ClusterRoleBinding under each subject it names, so a decision
-//! reads the bindings of the caller's name and groups (ordered by namespace, so a namespace's
-//! bindings are one range) instead of scanning them all.
+//! reads the bindings of the caller's name and groups (by namespace, so only the cluster's and
+//! the request namespace's) instead of scanning them all, looking them up by the caller's own
+//! strings: a decision allocates only the list of its bindings.
 //!
 //! The index follows the store's watch: [`RbacCache::fresh`] first takes every event the store
 //! has sent since the last call (all of them were sent before the store's resourceVersion
@@ -9,7 +10,7 @@
 //! RoleBinding answered 201 authorizes the very next request). A subscription that fell
 //! behind, or a store restored from a snapshot, rebuilds the index from a snapshot.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -32,6 +33,14 @@ pub const CLUSTER_ROLE_BINDINGS: &str = "rbac.authorization.k8s.io/clusterrolebi
 pub enum SubjectKey {
     User(String),
     Group(String),
+}
+
+impl SubjectKey {
+    fn name(&self) -> &str {
+        match self {
+            SubjectKey::User(name) | SubjectKey::Group(name) => name,
+        }
+    }
 }
 
 /// A subject as a binding lists it, for the reasons of a decision.
@@ -79,6 +88,9 @@ pub struct Binding {
     pub role_kind: String,
     pub role_name: String,
     pub subjects: Vec<Subject>,
+    /// `RBAC: allowed by <binding> to <subject>` for each subject, in order: the reason of a
+    /// decision, written once here rather than on every request it allows.
+    pub allowed_by: Vec<String>,
 }
 
 impl Binding {
@@ -109,58 +121,73 @@ impl Binding {
 /// A role's rules, shared by every decision that reads them.
 pub type Rules = Arc<[PolicyRule]>;
 
-/// The indexed RBAC objects at one point of the store's history.
+/// (namespace, name) of a binding; the namespace of a ClusterRoleBinding is empty.
+type BindingId = (String, String);
+
+/// The indexed RBAC objects at one point of the store's history. Every lookup a decision makes
+/// borrows the caller's strings: authorizing a request allocates nothing but the list of its
+/// bindings.
 #[derive(Default)]
 pub struct Index {
     cluster_roles: HashMap<String, Rules>,
-    /// (namespace, name)
-    roles: HashMap<(String, String), Rules>,
-    /// (namespace, name); the namespace of a ClusterRoleBinding is empty.
-    bindings: HashMap<(String, String), Arc<Binding>>,
-    by_subject: HashMap<SubjectKey, BTreeSet<(String, String)>>,
+    /// namespace → name → rules
+    roles: HashMap<String, HashMap<String, Rules>>,
+    bindings: HashMap<BindingId, Arc<Binding>>,
+    /// The bindings naming each user (a service account by its user name), and each group.
+    by_user: HashMap<String, ByNamespace>,
+    by_group: HashMap<String, ByNamespace>,
 }
 
+/// Bindings by namespace (empty for ClusterRoleBindings), then by name.
+type ByNamespace = HashMap<String, BTreeMap<String, Arc<Binding>>>;
+
 impl Index {
-    /// The bindings that apply to `keys` in `namespace` (ClusterRoleBindings first, then the
-    /// RoleBindings of `namespace` when it is not empty), each once.
-    pub fn bindings_for(&self, keys: &[SubjectKey], namespace: &str) -> Vec<Arc<Binding>> {
-        let mut found: BTreeSet<(String, String)> = BTreeSet::new();
-        for key in keys {
-            let Some(set) = self.by_subject.get(key) else {
-                continue;
-            };
-            // ClusterRoleBindings sort first (empty namespace).
-            let cluster = set
-                .range((String::new(), String::new())..(String::from("\0"), String::new()))
-                .cloned();
-            found.extend(cluster);
+    /// The bindings that apply to the user `name` in `groups` in `namespace`
+    /// (ClusterRoleBindings first, then the RoleBindings of `namespace` when it is not empty,
+    /// each in name order), each once.
+    pub fn bindings_for(&self, name: &str, groups: &[String], namespace: &str) -> Vec<&Binding> {
+        let sets = std::iter::once(self.by_user.get(name))
+            .chain(groups.iter().map(|g| self.by_group.get(g.as_str())))
+            .flatten();
+        let mut found: Vec<&Binding> = Vec::new();
+        for by_namespace in sets {
+            found.extend(
+                by_namespace
+                    .get("")
+                    .into_iter()
+                    .flat_map(|b| b.values())
+                    .map(|b| &**b),
+            );
             if !namespace.is_empty() {
-                let from = (namespace.to_string(), String::new());
                 found.extend(
-                    set.range(from..)
-                        .take_while(|(ns, _)| ns == namespace)
-                        .cloned(),
+                    by_namespace
+                        .get(namespace)
+                        .into_iter()
+                        .flat_map(|b| b.values())
+                        .map(|b| &**b),
                 );
             }
         }
+        // ClusterRoleBindings (empty namespace) first; a binding naming several of the keys
+        // once.
+        found.sort_unstable_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        found.dedup_by(|a, b| std::ptr::eq(*a, *b));
         found
-            .iter()
-            .filter_map(|key| self.bindings.get(key).cloned())
-            .collect()
     }
 
     /// The rules a binding's role grants, or the error kube-apiserver reports when the role
     /// does not exist.
-    pub fn role_rules(&self, binding: &Binding) -> Result<Rules, String> {
+    pub fn role_rules(&self, binding: &Binding) -> Result<&Rules, String> {
         let found = if binding.role_kind == "ClusterRole" {
             self.cluster_roles.get(&binding.role_name)
         } else if binding.role_kind == "Role" {
             self.roles
-                .get(&(binding.namespace.clone(), binding.role_name.clone()))
+                .get(&binding.namespace)
+                .and_then(|roles| roles.get(&binding.role_name))
         } else {
             None
         };
-        found.cloned().ok_or_else(|| {
+        found.ok_or_else(|| {
             let resource = if binding.role_kind == "Role" {
                 "role"
             } else {
@@ -188,24 +215,35 @@ impl Index {
             }
             ROLES => {
                 if deleted {
-                    self.roles.remove(&id);
+                    if let Some(roles) = self.roles.get_mut(&key.namespace) {
+                        roles.remove(&key.name);
+                        if roles.is_empty() {
+                            self.roles.remove(&key.namespace);
+                        }
+                    }
                 } else {
-                    self.roles.insert(id, rules_of(object));
+                    self.roles
+                        .entry(key.namespace.clone())
+                        .or_default()
+                        .insert(key.name.clone(), rules_of(object));
                 }
             }
             ROLE_BINDINGS | CLUSTER_ROLE_BINDINGS => {
                 self.remove_binding(&id);
                 if !deleted {
                     if let Some(binding) = binding_of(object) {
+                        let binding = Arc::new(binding);
                         for subject in &binding.subjects {
                             if let Some(subject_key) = subject.key() {
-                                self.by_subject
-                                    .entry(subject_key)
+                                self.subject_map(&subject_key)
+                                    .entry(subject_key.name().to_string())
                                     .or_default()
-                                    .insert(id.clone());
+                                    .entry(id.0.clone())
+                                    .or_default()
+                                    .insert(id.1.clone(), binding.clone());
                             }
                         }
-                        self.bindings.insert(id, Arc::new(binding));
+                        self.bindings.insert(id, binding);
                     }
                 }
             }
@@ -219,13 +257,27 @@ impl Index {
         };
         for subject in &old.subjects {
             if let Some(subject_key) = subject.key() {
-                if let Some(set) = self.by_subject.get_mut(&subject_key) {
-                    set.remove(id);
-                    if set.is_empty() {
-                        self.by_subject.remove(&subject_key);
+                let map = self.subject_map(&subject_key);
+                let Some(by_namespace) = map.get_mut(subject_key.name()) else {
+                    continue;
+                };
+                if let Some(named) = by_namespace.get_mut(&id.0) {
+                    named.remove(&id.1);
+                    if named.is_empty() {
+                        by_namespace.remove(&id.0);
                     }
                 }
+                if by_namespace.is_empty() {
+                    map.remove(subject_key.name());
+                }
             }
+        }
+    }
+
+    fn subject_map(&mut self, key: &SubjectKey) -> &mut HashMap<String, ByNamespace> {
+        match key {
+            SubjectKey::User(_) => &mut self.by_user,
+            SubjectKey::Group(_) => &mut self.by_group,
         }
     }
 }
@@ -284,13 +336,20 @@ fn binding_of(object: &StoredObject) -> Option<Binding> {
             name: s.name,
         })
         .collect();
-    Some(Binding {
+    let mut binding = Binding {
         namespace,
         name: object.key.name.clone(),
         role_kind: raw.role_ref.kind,
         role_name: raw.role_ref.name,
         subjects,
-    })
+        allowed_by: Vec::new(),
+    };
+    binding.allowed_by = binding
+        .subjects
+        .iter()
+        .map(|s| format!("RBAC: allowed by {}", binding.describe(s)))
+        .collect();
+    Some(binding)
 }
 
 /// The index, kept up to date from the store.
@@ -329,10 +388,7 @@ mod tests {
     fn follows_the_store_and_finds_bindings_by_subject() {
         let store = Arc::new(Store::new(StoreConfig::default()));
         let cache = RbacCache::new(store.clone());
-        assert!(cache
-            .fresh()
-            .bindings_for(&[SubjectKey::User("alice".into())], "a")
-            .is_empty());
+        assert!(cache.fresh().bindings_for("alice", &[], "a").is_empty());
 
         create(
             &store,
@@ -361,24 +417,19 @@ mod tests {
         );
 
         let index = cache.fresh();
-        let alice = index.bindings_for(&[SubjectKey::User("alice".into())], "a");
+        let alice = index.bindings_for("alice", &[], "a");
         assert_eq!(alice.len(), 1);
-        assert_eq!(index.role_rules(&alice[0]).unwrap().len(), 1);
-        assert!(index
-            .bindings_for(&[SubjectKey::User("alice".into())], "b")
-            .is_empty());
-        let bot = index.bindings_for(
-            &[SubjectKey::User("system:serviceaccount:a:bot".into())],
-            "a",
-        );
+        assert_eq!(index.role_rules(alice[0]).unwrap().len(), 1);
+        assert!(index.bindings_for("alice", &[], "b").is_empty());
+        let bot = index.bindings_for("system:serviceaccount:a:bot", &[], "a");
         assert_eq!(bot.len(), 1);
         assert_eq!(
             alice[0].describe(&alice[0].subjects[1]),
             r#"RoleBinding "alice-reads/a" of Role "reader" to ServiceAccount "bot/a""#
         );
-        let devs = index.bindings_for(&[SubjectKey::Group("devs".into())], "anywhere");
+        let devs = index.bindings_for("", &["devs".to_string()], "anywhere");
         assert_eq!(
-            index.role_rules(&devs[0]).unwrap_err(),
+            index.role_rules(devs[0]).unwrap_err(),
             r#"clusterrole.rbac.authorization.k8s.io "missing" not found"#
         );
         drop(index);
@@ -389,10 +440,7 @@ mod tests {
                 precondition: Default::default(),
             })
             .unwrap();
-        assert!(cache
-            .fresh()
-            .bindings_for(&[SubjectKey::User("alice".into())], "a")
-            .is_empty());
+        assert!(cache.fresh().bindings_for("alice", &[], "a").is_empty());
 
         // A restored store (a Raft snapshot) closes the watch: the index is built again.
         let objects: Vec<StoredObject> = store.snapshot().iter().map(|o| (**o).clone()).collect();
@@ -400,7 +448,7 @@ mod tests {
         assert_eq!(
             cache
                 .fresh()
-                .bindings_for(&[SubjectKey::Group("devs".into())], "")
+                .bindings_for("", &["devs".to_string()], "")
                 .len(),
             1
         );

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use self::index::{RbacCache, SubjectKey};
+use self::index::RbacCache;
 use self::rule::PolicyRule;
 use super::attributes::RequestInfo;
 use super::user::UserInfo;
@@ -73,20 +73,21 @@ impl Authorizer {
         if let Some(decision) = super::node::authorize(self.cache.store(), user, info) {
             return decision;
         }
-        let keys = subject_keys(user);
         let index = self.cache.fresh();
         let mut errors = Vec::new();
-        for binding in index.bindings_for(&keys, &info.namespace) {
-            match index.role_rules(&binding) {
+        for binding in index.bindings_for(&user.name, &user.groups, &info.namespace) {
+            match index.role_rules(binding) {
                 Ok(rules) => {
                     if rules.iter().any(|rule| rule.allows(info)) {
                         let subject = binding
                             .subjects
                             .iter()
-                            .find(|s| s.applies_to(user))
-                            .or(binding.subjects.first());
-                        let by = subject.map(|s| binding.describe(s)).unwrap_or_default();
-                        return Decision::Allow(format!("RBAC: allowed by {by}"));
+                            .position(|s| s.applies_to(user))
+                            .unwrap_or(0);
+                        let reason = binding.allowed_by.get(subject).cloned();
+                        return Decision::Allow(
+                            reason.unwrap_or_else(|| "RBAC: allowed by ".into()),
+                        );
                     }
                 }
                 Err(e) => errors.push(e),
@@ -108,8 +109,8 @@ impl Authorizer {
             return out;
         }
         let index = self.cache.fresh();
-        for binding in index.bindings_for(&subject_keys(user), namespace) {
-            match index.role_rules(&binding) {
+        for binding in index.bindings_for(&user.name, &user.groups, namespace) {
+            match index.role_rules(binding) {
                 Ok(rules) => out.rules.extend(rules.iter().cloned()),
                 Err(e) => out.errors.push(e),
             }
@@ -122,14 +123,6 @@ impl Authorizer {
     pub async fn follow(self: Arc<Self>, stop: CancellationToken) {
         self.cache.follow(stop).await;
     }
-}
-
-/// The keys a user's bindings are found under: its name and each of its groups.
-fn subject_keys(user: &UserInfo) -> Vec<SubjectKey> {
-    let mut keys = Vec::with_capacity(user.groups.len() + 1);
-    keys.push(SubjectKey::User(user.name.clone()));
-    keys.extend(user.groups.iter().cloned().map(SubjectKey::Group));
-    keys
 }
 
 /// `RBAC: <error>` or `RBAC: [<e1>, <e2>]` (Go's aggregate of distinct errors); empty without
@@ -150,9 +143,15 @@ impl index::Subject {
         match self.kind.as_str() {
             "User" => self.name == user.name,
             "Group" => user.in_group(&self.name),
+            // `system:serviceaccount:<namespace>:<name>`, compared without building it.
             "ServiceAccount" => {
                 !self.namespace.is_empty()
-                    && user.name == super::user::service_account_user(&self.namespace, &self.name)
+                    && user
+                        .name
+                        .strip_prefix(super::user::SERVICE_ACCOUNT_PREFIX)
+                        .and_then(|rest| rest.strip_prefix(self.namespace.as_str()))
+                        .and_then(|rest| rest.strip_prefix(':'))
+                        == Some(self.name.as_str())
             }
             _ => false,
         }
