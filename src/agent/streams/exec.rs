@@ -20,7 +20,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -56,7 +55,7 @@ pub fn exit_status(argv: &[String], code: i32) -> serde_json::Value {
 
 pub async fn serve(
     deps: &StreamsDeps,
-    req: Request<Incoming>,
+    req: Request<ApiBody>,
     pod: &PodRef,
     container: &str,
 ) -> Response<ApiBody> {
@@ -215,7 +214,7 @@ pub(super) fn parse_size(json: &[u8]) -> Option<(u16, u16)> {
 }
 
 /// Applies the server's frames to the command until they end, then closes its input.
-async fn feed(mut body: Incoming, mut input: Input) {
+async fn feed(mut body: ApiBody, mut input: Input) {
     let mut decoder = Decoder::default();
     'body: while let Some(Ok(piece)) = body.frame().await {
         let Ok(data) = piece.into_data() else {

@@ -23,7 +23,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -45,7 +44,7 @@ pub fn port_of(query: &str) -> Option<u16> {
         .filter(|p| *p != 0)
 }
 
-pub async fn serve(deps: &StreamsDeps, req: Request<Incoming>, pod: &PodRef) -> Response<ApiBody> {
+pub async fn serve(deps: &StreamsDeps, req: Request<ApiBody>, pod: &PodRef) -> Response<ApiBody> {
     let Some(port) = port_of(req.uri().query().unwrap_or("")) else {
         return status(
             StatusCode::BAD_REQUEST,
