@@ -35,7 +35,8 @@ use crate::streams::frame::{self, Decoder};
 /// How long output is still read after the command ended (a background process may hold
 /// the pipes open for ever).
 const DRAIN: Duration = Duration::from_secs(1);
-const READ_SIZE: usize = 32 * 1024;
+/// A pipe holds 64 KiB by default: one read takes what a full pipe (or socket) has.
+const READ_SIZE: usize = 64 * 1024;
 
 /// The Status frame's JSON for an exit code.
 pub fn exit_status(argv: &[String], code: i32) -> serde_json::Value {

@@ -33,7 +33,8 @@ use crate::api::ApiBody;
 use crate::streams::channel_body;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const READ_SIZE: usize = 32 * 1024;
+/// A pipe holds 64 KiB by default: one read takes what a full pipe (or socket) has.
+const READ_SIZE: usize = 64 * 1024;
 
 /// The port a request names (1 to 65535).
 pub fn port_of(query: &str) -> Option<u16> {
