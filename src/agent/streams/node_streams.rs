@@ -66,8 +66,8 @@ fn parse(path: &str) -> Option<Target<'_>> {
     let (uid, container) = match (kind, rest.as_slice()) {
         (Kind::PortForward, []) => (None, None),
         (Kind::PortForward, [uid]) => (Some(*uid), None),
-        (_, [container]) => (None, Some(*container)),
-        (_, [uid, container]) => (Some(*uid), Some(*container)),
+        (Kind::Exec | Kind::Attach, [container]) => (None, Some(*container)),
+        (Kind::Exec | Kind::Attach, [uid, container]) => (Some(*uid), Some(*container)),
         _ => return None,
     };
     Some(Target {
