@@ -175,6 +175,67 @@ async fn get_with_cert(
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
+/// What a WebSocket exec through the node port gave: the messages by channel, or the HTTP
+/// answer that refused the upgrade.
+#[derive(Debug)]
+enum Exec {
+    Session(Vec<(u8, Vec<u8>)>),
+    Refused(u16, String),
+}
+
+/// kubelet's `/exec/…` on the node port over WebSocket (`v5.channel.k8s.io`), as
+/// kube-apiserver or a tool dialing the node speaks it, with `token`.
+async fn exec_over_websocket(addr: SocketAddr, ca: &Path, token: &str, path: &str) -> Exec {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::{Error, Message};
+
+    let config = support::client_config(ca, &[b"http/1.1"]);
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake");
+    let mut req = format!("wss://{addr}{path}")
+        .into_client_request()
+        .expect("request");
+    let headers = req.headers_mut();
+    headers.insert(
+        "sec-websocket-protocol",
+        http::HeaderValue::from_static("v5.channel.k8s.io"),
+    );
+    headers.insert(
+        "authorization",
+        http::HeaderValue::from_str(&format!("Bearer {token}")).expect("header"),
+    );
+    let mut ws = match tokio_tungstenite::client_async(req, tls).await {
+        Ok((ws, _)) => ws,
+        Err(Error::Http(resp)) => {
+            let body = resp.body().as_deref().unwrap_or_default();
+            return Exec::Refused(
+                resp.status().as_u16(),
+                String::from_utf8_lossy(body).into_owned(),
+            );
+        }
+        Err(e) => panic!("WebSocket exec: {e}"),
+    };
+    let mut got = Vec::new();
+    while let Some(message) = tokio::time::timeout(GUARD, ws.next())
+        .await
+        .expect("the session never ended")
+    {
+        match message {
+            Ok(Message::Binary(data)) if !data.is_empty() => {
+                got.push((data[0], data[1..].to_vec()));
+            }
+            Ok(Message::Close(_)) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    Exec::Session(got)
+}
+
 async fn wait_running(api: &Api, agent: &Agent, name: &str) {
     let deadline = Instant::now() + GUARD;
     loop {
@@ -286,6 +347,61 @@ fn the_node_port_authenticates_authorizes_and_serves_the_tunnels_routes() {
             .await
             .expect("GET");
         assert_eq!(resp.status, 404, "{}", resp.text());
+
+        // kubelet's exec over WebSocket: nodes/proxy runs a command in the pod's container.
+        let exec_path = "/exec/default/talker/c?command=echo&command=from-the-node-port&stdout=true&stderr=true";
+        let Exec::Session(messages) = exec_over_websocket(addr, &ca, &operator, exec_path).await
+        else {
+            panic!("the exec was refused\nagent log:\n{}", setup.agent.logs());
+        };
+        let stdout: Vec<u8> = messages
+            .iter()
+            .filter(|(c, _)| *c == 1)
+            .flat_map(|(_, d)| d.clone())
+            .collect();
+        assert_eq!(String::from_utf8_lossy(&stdout), "from-the-node-port\n");
+        let status = messages
+            .iter()
+            .find(|(c, _)| *c == 3)
+            .map(|(_, d)| serde_json::from_slice::<Value>(d).expect("Status JSON"))
+            .expect("a Status message");
+        assert_eq!(status["status"], "Success", "{status}");
+        // The exit code reaches the caller as kubectl reads it.
+        let Exec::Session(messages) = exec_over_websocket(
+            addr,
+            &ca,
+            &operator,
+            "/exec/default/talker/c?command=sh&command=-c&command=exit%203&stdout=true",
+        )
+        .await
+        else {
+            panic!("the exec was refused");
+        };
+        let status = messages
+            .iter()
+            .find(|(c, _)| *c == 3)
+            .map(|(_, d)| serde_json::from_slice::<Value>(d).expect("Status JSON"))
+            .expect("a Status message");
+        assert_eq!(status["details"]["causes"][0]["message"], "3", "{status}");
+        // A token without nodes/proxy runs nothing; a pod not on this node is a 404.
+        match exec_over_websocket(addr, &ca, &scraper, exec_path).await {
+            Exec::Refused(403, body) => assert!(
+                body.contains("verb=get, resource=nodes, subresource=proxy"),
+                "{body}"
+            ),
+            other => panic!("scraper's exec: {other:?}"),
+        }
+        match exec_over_websocket(
+            addr,
+            &ca,
+            &operator,
+            "/exec/default/nobody/c?command=echo&stdout=true",
+        )
+        .await
+        {
+            Exec::Refused(404, _) => {}
+            other => panic!("exec into a pod of no node: {other:?}"),
+        }
 
         // A client certificate of the cluster CA names its user: another node's may not.
         let (status, body) =

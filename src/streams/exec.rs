@@ -143,10 +143,28 @@ pub async fn serve<B: Send + 'static>(
             .unwrap_or_default();
         return Ok(response::json(status, body));
     }
-    let from_agent = answer.into_body();
-    let upgrade = hyper::upgrade::on(&mut req);
+    let from_agent = answer.into_body().map_err(std::io::Error::other).boxed();
+    let expected = spdy::Expected {
+        stdin: opts.stdin,
+        stdout: opts.stdout,
+        stderr: opts.stderr,
+    };
+    Ok(accept(&mut req, protocol, expected, to_agent, from_agent))
+}
+
+/// Answers kubectl's upgrade (`101`) and runs the session on the upgraded connection
+/// between kubectl and the frames of a started command: `to_agent` takes kubectl's stdin and
+/// resize frames, `from_agent` gives the command's output and Status frames. The node port
+/// uses it too, with the agent's own command for `from_agent`.
+pub fn accept<B: Send + 'static>(
+    req: &mut Request<B>,
+    protocol: Protocol,
+    expected: spdy::Expected,
+    to_agent: mpsc::Sender<Bytes>,
+    from_agent: ApiBody,
+) -> Response<ApiBody> {
+    let upgrade = hyper::upgrade::on(req);
     let upgraded = protocol.clone();
-    let (want_stdin, want_stdout, want_stderr) = (opts.stdin, opts.stdout, opts.stderr);
     tokio::spawn(async move {
         let io = match upgrade.await {
             Ok(io) => io,
@@ -159,20 +177,13 @@ pub async fn serve<B: Send + 'static>(
             Protocol::WebSocket { version, .. } => {
                 websocket::run(io, version == WEBSOCKET_PROTOCOLS[0], to_agent, from_agent).await
             }
-            Protocol::Spdy => {
-                let expected = spdy::Expected {
-                    stdin: want_stdin,
-                    stdout: want_stdout,
-                    stderr: want_stderr,
-                };
-                spdy::run(io, expected, to_agent, from_agent).await
-            }
+            Protocol::Spdy => spdy::run(io, expected, to_agent, from_agent).await,
         }
     });
-    Ok(match protocol {
+    match protocol {
         Protocol::WebSocket { version, accept } => upgrade::websocket_accepted(&accept, version),
         Protocol::Spdy => upgrade::spdy_accepted(SPDY_PROTOCOL),
-    })
+    }
 }
 
 #[cfg(test)]

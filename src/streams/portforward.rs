@@ -151,7 +151,18 @@ pub async fn serve<B: Send + 'static>(
             Err(message)
         })
     });
-    let upgrade = hyper::upgrade::on(&mut req);
+    Ok(accept(&mut req, protocol, dial))
+}
+
+/// Answers kubectl's upgrade (`101`) and runs the port-forward session on the upgraded
+/// connection, each forwarded connection made by `dial`. The node port uses it too, with a
+/// `dial` that connects inside the pod on its own node.
+pub fn accept<B: Send + 'static>(
+    req: &mut Request<B>,
+    protocol: Protocol,
+    dial: Dial,
+) -> Response<ApiBody> {
+    let upgrade = hyper::upgrade::on(req);
     let upgraded = protocol.clone();
     tokio::spawn(async move {
         let io = match upgrade.await {
@@ -169,10 +180,10 @@ pub async fn serve<B: Send + 'static>(
             Protocol::WebSocket(_) => over_websocket(io, dial).await,
         }
     });
-    Ok(match protocol {
+    match protocol {
         Protocol::WebSocket(accept) => upgrade::websocket_accepted(&accept, WEBSOCKET_PROTOCOL),
         Protocol::Spdy => upgrade::spdy_accepted(SPDY_PROTOCOL),
-    })
+    }
 }
 
 /// Runs the SPDY session on the byte stream a WebSocket's binary messages carry.

@@ -21,6 +21,12 @@ use crate::api::{ApiBody, UserInfo};
 use crate::cluster::forward::{user_header, FORWARDED_USER};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Each direction's copy buffer for an upgraded stream. tokio's default (8 KiB) cuts every
+/// 16 KiB TLS record read from one side into two writes to the other, each its own record
+/// and system call: at exec's and port-forward's hundreds of MiB/s that per-piece cost is
+/// what the relaying server spends its time on. Two records' worth, and no more: an idle
+/// session (100 open `kubectl exec` shells) holds both buffers for as long as it lasts.
+const RELAY_BUFFER: usize = 32 * 1024;
 
 /// Relays `req` of `user` to server `server` at `addr` (its body is not read: stream
 /// requests have none, or upgrade).
@@ -123,9 +129,13 @@ pub async fn relay_with_body<B>(
             let (Ok(client), Ok(server)) = (client_upgrade.await, server_upgrade.await) else {
                 return;
             };
-            let _ =
-                tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(server))
-                    .await;
+            let _ = tokio::io::copy_bidirectional_with_sizes(
+                &mut TokioIo::new(client),
+                &mut TokioIo::new(server),
+                RELAY_BUFFER,
+                RELAY_BUFFER,
+            )
+            .await;
         });
         return Ok(resp);
     }

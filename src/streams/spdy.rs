@@ -23,7 +23,6 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
@@ -390,7 +389,7 @@ pub async fn run(
     io: Upgraded,
     expected: Expected,
     to_agent: mpsc::Sender<Bytes>,
-    mut from_agent: Incoming,
+    mut from_agent: crate::api::ApiBody,
 ) {
     let (mut rd, mut wr) = tokio::io::split(TokioIo::new(io));
     let (out_tx, mut out_rx) = mpsc::channel::<Bytes>(32);

@@ -29,6 +29,14 @@ pub const NODE_ANNOTATION: &str = "litek8s.io/tunnel-server";
 /// How often an idle tunnel is pinged, and how long a ping may go unanswered: a server
 /// that vanished without closing the connection is noticed within about this.
 pub const KEEPALIVE: Duration = Duration::from_secs(10);
+/// The HTTP/2 receive windows of a tunnel, each end's for what it reads (the agent: stdin and
+/// port-forward uploads; the server: output, downloads, logs). A stream sends at most a window
+/// per round trip, and on a busy 2-core machine a "round trip" is as long as the other end
+/// waits for a core: hyper's defaults (1–2 MiB per stream) capped a single exec at about
+/// 200 MiB/s there. A window is a bound on what a stream whose reader stalls may buffer, not
+/// memory held by idle streams.
+pub const STREAM_WINDOW: u32 = 8 << 20;
+pub const CONNECTION_WINDOW: u32 = 32 << 20;
 
 /// The user name prefix of node certificates.
 const NODE_USER_PREFIX: &str = "system:node:";
@@ -106,6 +114,8 @@ pub fn accept<B: Send + 'static>(
             .keep_alive_interval(KEEPALIVE)
             .keep_alive_timeout(KEEPALIVE)
             .keep_alive_while_idle(true)
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
             .handshake::<_, ApiBody>(io)
             .await;
         let (sender, connection) = match handshake {

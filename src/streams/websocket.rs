@@ -19,7 +19,6 @@
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
@@ -29,6 +28,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use super::frame::{self, Decoder};
+use crate::api::ApiBody;
 
 /// The largest message accepted from kubectl (its stdin messages are 32 KiB).
 const MAX_MESSAGE: usize = 1 << 20;
@@ -47,7 +47,7 @@ pub fn from_client(v5: bool, data: &[u8]) -> Option<Bytes> {
     }
 }
 
-pub async fn run(io: Upgraded, v5: bool, to_agent: mpsc::Sender<Bytes>, mut from_agent: Incoming) {
+pub async fn run(io: Upgraded, v5: bool, to_agent: mpsc::Sender<Bytes>, mut from_agent: ApiBody) {
     let mut config = WebSocketConfig::default();
     config.max_message_size = Some(MAX_MESSAGE);
     config.max_frame_size = Some(MAX_MESSAGE);

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::json;
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ use crate::streams::frame::{self, Decoder};
 
 pub async fn serve(
     deps: &StreamsDeps,
-    req: Request<Incoming>,
+    req: Request<ApiBody>,
     pod: &PodRef,
     container: &str,
 ) -> Response<ApiBody> {
@@ -85,7 +84,7 @@ pub async fn serve(
 const RESIZE_GAP: Duration = Duration::from_millis(50);
 
 /// Applies the server's frames to the container until they end.
-async fn feed(mut body: Incoming, attached: Arc<Attached>) {
+async fn feed(mut body: ApiBody, attached: Arc<Attached>) {
     let (size_tx, mut size_rx) = watch::channel::<Option<(u16, u16)>>(None);
     let resizer = {
         let attached = attached.clone();

@@ -20,7 +20,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -36,7 +35,8 @@ use crate::streams::frame::{self, Decoder};
 /// How long output is still read after the command ended (a background process may hold
 /// the pipes open for ever).
 const DRAIN: Duration = Duration::from_secs(1);
-const READ_SIZE: usize = 32 * 1024;
+/// A pipe holds 64 KiB by default: one read takes what a full pipe (or socket) has.
+const READ_SIZE: usize = 64 * 1024;
 
 /// The Status frame's JSON for an exit code.
 pub fn exit_status(argv: &[String], code: i32) -> serde_json::Value {
@@ -56,7 +56,7 @@ pub fn exit_status(argv: &[String], code: i32) -> serde_json::Value {
 
 pub async fn serve(
     deps: &StreamsDeps,
-    req: Request<Incoming>,
+    req: Request<ApiBody>,
     pod: &PodRef,
     container: &str,
 ) -> Response<ApiBody> {
@@ -215,7 +215,7 @@ pub(super) fn parse_size(json: &[u8]) -> Option<(u16, u16)> {
 }
 
 /// Applies the server's frames to the command until they end, then closes its input.
-async fn feed(mut body: Incoming, mut input: Input) {
+async fn feed(mut body: ApiBody, mut input: Input) {
     let mut decoder = Decoder::default();
     'body: while let Some(Ok(piece)) = body.frame().await {
         let Ok(data) = piece.into_data() else {

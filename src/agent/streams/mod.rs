@@ -8,7 +8,8 @@
 //! The same router ([`handle`]) serves the node port (`node_port`, kubelet's 10250 for tools
 //! that dial nodes directly), after that port authenticated and authorized the caller through
 //! the API server (`webhook`); requests through the tunnel come already authorized by the
-//! server.
+//! server. kubelet's streaming endpoints on that port (`/exec`, `/attach`, `/portForward`)
+//! speak kubectl's protocols themselves (`node_streams`).
 //!
 //! Requests name the pod by namespace and name in the path and by uid in a header; the agent
 //! serves only what it finds on this node for that exact pod instance (its log directory,
@@ -19,6 +20,7 @@ pub(crate) mod exec;
 pub(crate) mod logs;
 pub(crate) mod node;
 pub(crate) mod node_port;
+pub(crate) mod node_streams;
 pub(crate) mod portforward;
 pub(crate) mod proxy;
 pub(crate) mod stats;
@@ -30,6 +32,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::sync::mpsc;
 
@@ -129,11 +132,12 @@ pub async fn handle(
         Ok(found) => found,
         Err(why) => return Ok(status(StatusCode::BAD_REQUEST, "BadRequest", &why)),
     };
+    let boxed = |req: Request<Incoming>| req.map(|b| b.map_err(std::io::Error::other).boxed());
     Ok(match kind {
         "logs" => serve_logs(&deps, &req, &pod, &container),
-        "exec" => exec::serve(&deps, req, &pod, &container).await,
-        "attach" => attach::serve(&deps, req, &pod, &container).await,
-        "portforward" => portforward::serve(&deps, req, &pod).await,
+        "exec" => exec::serve(&deps, boxed(req), &pod, &container).await,
+        "attach" => attach::serve(&deps, boxed(req), &pod, &container).await,
+        "portforward" => portforward::serve(&deps, boxed(req), &pod).await,
         "podproxy" => {
             let port = parts.next().unwrap_or("").to_string();
             let rest = format!(

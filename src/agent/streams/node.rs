@@ -67,7 +67,7 @@ fn text(code: StatusCode, content_type: &'static str, body: String) -> Response<
 }
 
 /// The pod of this node named `ns`/`name`, from its sandbox.
-fn find_pod(deps: &StreamsDeps, ns: &str, name: &str) -> Option<PodRef> {
+pub(super) fn find_pod(deps: &StreamsDeps, ns: &str, name: &str) -> Option<PodRef> {
     deps.sandboxes
         .list()
         .into_iter()

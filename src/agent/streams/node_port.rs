@@ -7,7 +7,9 @@
 //! - a client certificate of the cluster CA names the user (CN) and groups (O); a bearer
 //!   token is reviewed; a caller with neither is `system:anonymous`;
 //! - a refused token answers 401, a refused request 403, each with a plain-text body
-//!   naming the user, verb and subresource; no answer from the API server 503.
+//!   naming the user, verb and subresource; no answer from the API server 503;
+//! - kubelet's `/exec`, `/attach` and `/portForward` (`nodes/proxy`) speak kubectl's
+//!   protocols on the upgraded connection (`node_streams`).
 //!
 //! The serving certificate is the node's, signed by the cluster CA for the node's name and
 //! IP (`cluster::node_credential`), asked for at every start with the node certificate and
@@ -33,7 +35,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::webhook::{Attributes, Reviewer, Verdict};
-use super::{handle, StreamsDeps};
+use super::{handle, node_streams, StreamsDeps};
 use crate::agent::api::ApiClient;
 use crate::agent::join::CredentialFiles;
 use crate::api::ApiBody;
@@ -201,6 +203,9 @@ async fn serve(
         user.name, attributes.verb, attributes.subresource
     );
     match reviewer.authorize(&user, &attributes).await {
+        Verdict::Yes(()) if node_streams::owns(req.uri().path()) => {
+            Ok(node_streams::serve(deps, req).await)
+        }
         Verdict::Yes(()) => handle(deps, req).await,
         Verdict::No(reason) if reason.is_empty() => {
             Ok(text(StatusCode::FORBIDDEN, format!("Forbidden ({what})")))

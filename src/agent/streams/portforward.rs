@@ -23,7 +23,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -34,7 +33,8 @@ use crate::api::ApiBody;
 use crate::streams::channel_body;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const READ_SIZE: usize = 32 * 1024;
+/// A pipe holds 64 KiB by default: one read takes what a full pipe (or socket) has.
+const READ_SIZE: usize = 64 * 1024;
 
 /// The port a request names (1 to 65535).
 pub fn port_of(query: &str) -> Option<u16> {
@@ -45,7 +45,7 @@ pub fn port_of(query: &str) -> Option<u16> {
         .filter(|p| *p != 0)
 }
 
-pub async fn serve(deps: &StreamsDeps, req: Request<Incoming>, pod: &PodRef) -> Response<ApiBody> {
+pub async fn serve(deps: &StreamsDeps, req: Request<ApiBody>, pod: &PodRef) -> Response<ApiBody> {
     let Some(port) = port_of(req.uri().query().unwrap_or("")) else {
         return status(
             StatusCode::BAD_REQUEST,

@@ -19,7 +19,9 @@ use tokio_util::sync::CancellationToken;
 use super::{handle, StreamsDeps};
 use crate::agent::api::{ApiClient, PatchType};
 use crate::http_client::TlsConfig;
-use crate::streams::tunnel::{KEEPALIVE, NODE_ANNOTATION, PATH, SERVER_HEADER, UPGRADE};
+use crate::streams::tunnel::{
+    CONNECTION_WINDOW, KEEPALIVE, NODE_ANNOTATION, PATH, SERVER_HEADER, STREAM_WINDOW, UPGRADE,
+};
 
 const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 const FIRST_PAUSE: Duration = Duration::from_millis(200);
@@ -156,6 +158,8 @@ async fn serve(io: hyper::upgrade::Upgraded, deps: Arc<StreamsDeps>) {
         .timer(TokioTimer::new())
         .keep_alive_interval(KEEPALIVE)
         .keep_alive_timeout(KEEPALIVE)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
         .serve_connection(io, service)
         .await;
     if let Err(e) = result {
