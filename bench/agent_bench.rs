@@ -368,7 +368,7 @@ fn main() {
     let mut md = String::new();
     md.push_str("# Node agent benchmark\n\n");
     md.push_str(&format!(
-        "`bench/agent.sh` on this machine ({cores} cores): a release `litek8s apiserver` and a release `litek8s agent` on 127.0.0.1, runc under conmon, the CNI bridge plugin, the busybox test image imported from the agent's `images/` directory. Three runs; the runs and the median (latency percentiles over all {} samples).\n\n",
+        "`bench/agent.sh` on this machine ({cores} cores): a release `litek8s apiserver` and a release `litek8s-agent` on 127.0.0.1, runc under conmon, the CNI bridge plugin, the busybox test image imported from the agent's `images/` directory. Three runs; the runs and the median (latency percentiles over all {} samples).\n\n",
         SEQUENTIAL * RUNS
     ));
     md.push_str("| measure | target | runs | result |\n|---|---|---|---|\n");
