@@ -1,9 +1,10 @@
 //! Node agent benchmark: pods on one real node. Run through `bench/agent.sh`, which builds
-//! the release binaries and passes them in `LITEK8S_BIN`; writes a Markdown table to the path
+//! the release binaries and passes them in `LITEK8S_BIN` (the server) and `LITEK8S_AGENT_BIN`
+//! (the agent's own executable, `litek8s-agent`); writes a Markdown table to the path
 //! given as the first argument (default bench/AGENT.md). Needs root, runc (or crun), conmon,
 //! the CNI plugins and busybox-static, as tests/agent_pods.rs does.
 //!
-//! One release server and one release agent on 127.0.0.1, the busybox test image imported
+//! One release server and one release agent (`litek8s-agent`) on 127.0.0.1, the busybox test image imported
 //! from the agent's `images/` directory (present before any pod is made). Three runs of:
 //! - **Create → Running**: 50 pods created one after another (each `sleep 3600`), each timed
 //!   from its POST to the first watch event showing it Running; the earlier ones keep
@@ -367,7 +368,7 @@ fn main() {
     let mut md = String::new();
     md.push_str("# Node agent benchmark\n\n");
     md.push_str(&format!(
-        "`bench/agent.sh` on this machine ({cores} cores): a release `litek8s apiserver` and a release `litek8s agent` on 127.0.0.1, runc under conmon, the CNI bridge plugin, the busybox test image imported from the agent's `images/` directory. Three runs; the runs and the median (latency percentiles over all {} samples).\n\n",
+        "`bench/agent.sh` on this machine ({cores} cores): a release `litek8s apiserver` and a release `litek8s-agent` on 127.0.0.1, runc under conmon, the CNI bridge plugin, the busybox test image imported from the agent's `images/` directory. Three runs; the runs and the median (latency percentiles over all {} samples).\n\n",
         SEQUENTIAL * RUNS
     ));
     md.push_str("| measure | target | runs | result |\n|---|---|---|---|\n");
@@ -416,7 +417,7 @@ fn main() {
         IDLE.as_secs()
     ));
     md.push_str(&format!(
-        "\nCreate → Running: {SEQUENTIAL} pods one after another, each from its POST to the first watch event showing its container running; earlier pods keep running. {BURST} at once: POSTs from {BURST_CONNECTIONS} connections, from the first POST to the watch event of the last pod Running. Memory is `VmRSS` of the agent process alone, split into `RssAnon` (what the process holds: heap and stacks) and `RssFile` (pages of the binary it ran, shared with the page cache); after the runs it is read 5 s after the last pod is gone and again after the {} s of the cpu reading. Cpu is its user + system time over {} s.\n",
+        "\nCreate → Running: {SEQUENTIAL} pods one after another, each from its POST to the first watch event showing its container running; earlier pods keep running. {BURST} at once: POSTs from {BURST_CONNECTIONS} connections, from the first POST to the watch event of the last pod Running. The agent is the `litek8s-agent` executable. Memory is `VmRSS` of the agent process alone, split into `RssAnon` (what the process holds: heap and stacks) and `RssFile` (pages of the binary it ran, shared with the page cache); after the runs it is read 5 s after the last pod is gone and again after the {} s of the cpu reading. Cpu is its user + system time over {} s.\n",
         IDLE.as_secs(),
         IDLE.as_secs()
     ));

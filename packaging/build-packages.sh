@@ -41,9 +41,9 @@ mkdir -p "$src"
 SOURCE_DATE_EPOCH=$(cd "$src" && dpkg-parsechangelog -STimestamp)
 export SOURCE_DATE_EPOCH
 
-step "cargo build --release --locked --offline"
+step "cargo build --release --locked --offline (litek8s, litek8s-agent)"
 (cd "$src" && env -u CFLAGS -u CXXFLAGS -u CPPFLAGS -u LDFLAGS PATH="$PATH:$HOME/.cargo/bin" \
-    cargo build --release --locked --offline --bin litek8s)
+    cargo build --release --locked --offline --bin litek8s --bin litek8s-agent)
 
 step "dpkg-buildpackage -us -uc -b"
 rm -f "$build"/litek8s*_"$version"_*.deb "$build"/litek8s*_"$version"_*.changes "$build"/litek8s*_"$version"_*.buildinfo

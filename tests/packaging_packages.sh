@@ -80,7 +80,7 @@ check "postrm purge removes the token" has "$postrm" 'rm -f /etc/litek8s/server.
 check "postrm purge removes the state" has "$postrm" 'rm -rf /var/lib/litek8s/apiserver'
 check "no prerm stop before upgrade" sh -c "[ ! -e '$tmp/ctl/prerm' ] || ! grep -q 'deb-systemd-invoke stop' '$tmp/ctl/prerm' || grep -q 'remove' '$tmp/ctl/prerm'"
 
-# The agent package: its unit, hook and defaults, the runtime's packages as dependencies,
+# The agent package: its binary, unit, hook and defaults, the runtime's packages as dependencies,
 # nothing started at install, a running agent restarted on upgrade, purge removing the token
 # and the credential.
 agt=$(ls "$dir"/litek8s-agent_*.deb | head -n 1)
@@ -90,6 +90,13 @@ check "agent ships the unit" has "$c" ' ./\(usr/\)\{0,1\}lib/systemd/system/lite
 check "agent ships the hook" has "$c" ' ./usr/lib/litek8s/litek8s-agent-prestart$'
 check "agent ships /etc/default/litek8s-agent" has "$c" ' ./etc/default/litek8s-agent$'
 check "agent ships docs/agent.md" has "$c" ' ./usr/share/doc/litek8s-agent/agent.md$'
+check "agent ships /usr/bin/litek8s-agent" has "$c" ' ./usr/bin/litek8s-agent$'
+check "agent ships its man page" has "$c" ' ./usr/share/man/man1/litek8s-agent.1.gz$'
+agt_tmp=$(mktemp -d)
+dpkg-deb -x "$agt" "$agt_tmp"
+check "the agent binary has no fail points" sh -c "! strings '$agt_tmp/usr/bin/litek8s-agent' | grep -qi -e failpoint -e write_delay -e lose_propose_reply"
+check "the agent binary answers --version" sh -c "'$agt_tmp/usr/bin/litek8s-agent' --version | grep -qx 'litek8s-agent [0-9.]*'"
+rm -rf "$agt_tmp"
 check "agent ships no token" lacks "$c" 'agent.env'
 deps=$(dpkg-deb -f "$agt" Depends)
 for dep in 'runc | crun' conmon containernetworking-plugins nftables 'litek8s (='; do
@@ -119,6 +126,7 @@ if ls "$dir"/*.rpm >/dev/null 2>&1; then
     ragt=$(ls "$dir"/litek8s-agent-*.rpm | head -n 1)
     l=$(rpm -qlp "$ragt" 2>/dev/null)
     check "rpm agent ships the unit" has "$l" '^/usr/lib/systemd/system/litek8s-agent.service$'
+    check "rpm agent ships /usr/bin/litek8s-agent" has "$l" '^/usr/bin/litek8s-agent$'
     check "rpm agent ships the hook" has "$l" '^/usr/lib/litek8s/litek8s-agent-prestart$'
     check "rpm agent ships /etc/sysconfig/litek8s-agent" has "$l" '^/etc/sysconfig/litek8s-agent$'
     r=$(rpm -qp --requires "$ragt" 2>/dev/null)

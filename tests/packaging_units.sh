@@ -17,7 +17,7 @@ failed=0
 mkdir -p "$root/usr/lib/systemd/system" "$root/usr/bin" "$root/bin" "$root/usr/lib/litek8s"
 cp -a /lib/systemd/system/. "$root/usr/lib/systemd/system/"
 # Stand-ins for the commands the units run (verify checks they exist and are executable).
-for cmd in /usr/bin/litek8s /bin/kill /usr/lib/litek8s/litek8s-server-prestart /usr/lib/litek8s/litek8s-agent-prestart; do
+for cmd in /usr/bin/litek8s /usr/bin/litek8s-agent /bin/kill /usr/lib/litek8s/litek8s-server-prestart /usr/lib/litek8s/litek8s-agent-prestart; do
     printf '#!/bin/sh\n' >"$root$cmd"
     chmod +x "$root$cmd"
 done
@@ -54,6 +54,11 @@ for line in 'Type=notify' 'Delegate=yes' 'KillMode=process' 'ExecStartPre=/usr/l
     grep -qx -- "$line" "$agent" && echo "ok   agent unit: $line" \
         || { echo "FAIL agent unit lacks $line"; failed=$((failed + 1)); }
 done
+# The agent unit runs the agent's own executable, which the agent package ships.
+grep -q '^ExecStart=/usr/bin/litek8s-agent ' "$agent" && grep -q 'usr/bin/litek8s-agent' "$here/debian/rules" \
+    && grep -q '^%{_bindir}/litek8s-agent$' "$here/rpm/litek8s.spec" \
+    && echo "ok   agent unit runs /usr/bin/litek8s-agent, which both packages ship" \
+    || { echo "FAIL agent unit/binary mismatch"; failed=$((failed + 1)); }
 [ -x "$here/packaging/litek8s-agent-prestart" ] && echo "ok   the agent's prestart hook is shipped" \
     || { echo "FAIL packaging/litek8s-agent-prestart missing"; failed=$((failed + 1)); }
 [ "$failed" = 0 ] && echo "units: all ok" || { echo "units: $failed failed"; exit 1; }

@@ -1,4 +1,5 @@
-//! Flags of `litek8s agent`; resolved into `AgentSettings` by `agent::settings`.
+//! Flags of `litek8s agent` and of the `litek8s-agent` executable (the same flags); resolved
+//! into `AgentSettings` by `agent::settings`.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -23,6 +24,23 @@ moves to another when it is unreachable or not ready.
 Example:
   LITEK8S_TOKEN=$(cat /var/lib/litek8s/apiserver/join-token) \\
     litek8s agent --server https://192.0.2.10:6443 --node-label tier=web";
+
+/// The command line of `litek8s-agent`: the agent's flags and the global `--log-level`
+/// (`config_merge::parse_agent`).
+#[derive(Debug)]
+pub struct AgentCli {
+    pub log_level: String,
+    pub args: AgentArgs,
+}
+
+impl super::Invocation for AgentCli {
+    fn init_logging(&self) -> anyhow::Result<()> {
+        super::init_logging(&self.log_level, self.args.log_node_name())
+    }
+    fn run(self) -> anyhow::Result<()> {
+        self.args.run()
+    }
+}
 
 /// Flags of `litek8s agent`.
 #[derive(Debug, Args)]

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches};
 
+use super::agent::{AgentArgs, AgentCli};
 use super::config_file::{ConfigError, Entry, FileConfig, Origin, DEFAULT_CONFIG};
 use super::Cli;
 
@@ -46,6 +47,56 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, ParseError> {
         .try_get_matches_from(args)
         .map_err(ParseError::Usage)?;
     Cli::from_arg_matches(&matches).map_err(ParseError::Usage)
+}
+
+/// Parses the command line of the `litek8s-agent` executable: the flags of `litek8s agent`,
+/// with its configuration files, read as `litek8s agent` reads them.
+pub fn parse_agent(args: Vec<OsString>) -> Result<AgentCli, ParseError> {
+    // The files apply to the agent subcommand of the whole command, which also knows the
+    // other daemons' flags (keys a shared file may hold for them are skipped).
+    let mut as_subcommand = args.clone();
+    let program = if as_subcommand.is_empty() {
+        OsString::from("litek8s-agent")
+    } else {
+        as_subcommand.remove(0)
+    };
+    as_subcommand.splice(0..0, [program, OsString::from("agent")]);
+    let prepared = prepare(&as_subcommand, false).map_err(ParseError::Config)?;
+    let matches = agent_command(prepared.command)
+        .try_get_matches_from(args)
+        .map_err(ParseError::Usage)?;
+    let log_level = matches
+        .get_one::<String>(LOG_LEVEL)
+        .cloned()
+        .unwrap_or_else(|| "info".to_string());
+    let args = AgentArgs::from_arg_matches(&matches).map_err(ParseError::Usage)?;
+    Ok(AgentCli { log_level, args })
+}
+
+/// The id of the global `--log-level` (the field's name in `Cli`).
+const LOG_LEVEL: &str = "log_level";
+
+/// The `agent` subcommand of `command` as a command of its own, `litek8s-agent`, with the
+/// global `--log-level` (its default set by the files too).
+fn agent_command(command: Command) -> Command {
+    let log_level = command
+        .get_arguments()
+        .find(|a| a.get_id() == LOG_LEVEL)
+        .cloned();
+    let agent = command
+        .find_subcommand("agent")
+        .cloned()
+        .unwrap_or_else(|| Command::new("agent"));
+    let long_about = super::agent::LONG_ABOUT.replace("litek8s agent", "litek8s-agent");
+    let agent = agent
+        .name("litek8s-agent")
+        .bin_name("litek8s-agent")
+        .version(env!("CARGO_PKG_VERSION"))
+        .long_about(long_about);
+    match log_level {
+        Some(arg) => agent.arg(arg.global(false)),
+        None => agent,
+    }
 }
 
 /// `litek8s` with `--config` on every daemon. `relaxed` makes every flag optional (to read

@@ -9,7 +9,11 @@ pub(crate) mod config_show;
 pub(crate) mod lb;
 pub(crate) mod server;
 
-pub use config_merge::{parse, ParseError};
+pub use agent::AgentCli;
+pub use config_merge::{parse, parse_agent, ParseError};
+
+use std::ffi::OsString;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -63,18 +67,8 @@ pub enum Command {
 }
 
 impl Cli {
-    /// Sets up logging: journald with structured fields (`NODE_NAME` on every entry of a
-    /// server) when stderr is the journal, plain text on stderr otherwise. `RUST_LOG` wins over `--log-level`. Fails on an unparsable filter.
+    /// Sets up logging (see [`init_logging`]), with the node name of a server or an agent.
     pub fn init_logging(&self) -> anyhow::Result<()> {
-        let (source, mut text) = match std::env::var("RUST_LOG") {
-            Ok(from_env) if !from_env.is_empty() => ("RUST_LOG", from_env),
-            _ => ("--log-level", self.log_level.clone()),
-        };
-        // openraft logs every vote and replication step at info; keep its warnings unless
-        // the filter names it.
-        if !text.contains("openraft") {
-            text.push_str(",openraft=warn");
-        }
         let node_name = match &self.command {
             Command::Apiserver(args) => args.name.clone().or_else(|| {
                 nix::unistd::gethostname()
@@ -90,10 +84,7 @@ impl Cli {
             | Command::Uninstall(_)
             | Command::Cluster(_) => None,
         };
-        let fields: Vec<(&str, String)> = node_name.map(|n| ("NODE_NAME", n)).into_iter().collect();
-        crate::systemd::journal::init(&text, "litek8s", &fields)
-            .map_err(|e| anyhow::anyhow!("invalid {source} {text:?}: {e}"))?;
-        Ok(())
+        init_logging(&self.log_level, node_name)
     }
 
     /// Runs the chosen subcommand.
@@ -110,4 +101,102 @@ impl Cli {
             Command::Cluster(args) => args.run(),
         }
     }
+}
+
+/// Sets up logging: journald with structured fields (`NODE_NAME` on every entry of a server or
+/// an agent) when stderr is the journal, plain text on stderr otherwise. `RUST_LOG` wins over
+/// `--log-level`. Fails on an unparsable filter.
+pub fn init_logging(log_level: &str, node_name: Option<String>) -> anyhow::Result<()> {
+    let (source, mut text) = match std::env::var("RUST_LOG") {
+        Ok(from_env) if !from_env.is_empty() => ("RUST_LOG", from_env),
+        _ => ("--log-level", log_level.to_string()),
+    };
+    // openraft logs every vote and replication step at info; keep its warnings unless
+    // the filter names it.
+    if !text.contains("openraft") {
+        text.push_str(",openraft=warn");
+    }
+    let fields: Vec<(&str, String)> = node_name.map(|n| ("NODE_NAME", n)).into_iter().collect();
+    crate::systemd::journal::init(&text, "litek8s", &fields)
+        .map_err(|e| anyhow::anyhow!("invalid {source} {text:?}: {e}"))?;
+    Ok(())
+}
+
+/// A parsed command line that a binary's `main` runs.
+pub trait Invocation {
+    fn init_logging(&self) -> anyhow::Result<()>;
+    fn run(self) -> anyhow::Result<()>;
+}
+
+impl Invocation for Cli {
+    fn init_logging(&self) -> anyhow::Result<()> {
+        Cli::init_logging(self)
+    }
+    fn run(self) -> anyhow::Result<()> {
+        Cli::run(self)
+    }
+}
+
+/// The whole of a binary's `main` after the allocator is set: parse the process's arguments
+/// with `parse`, set up logging, run, and map every error to one line on stderr prefixed with
+/// `program` and a non-zero exit code (2 for the command line and configuration files, 1 for
+/// a failed run). Both executables, `litek8s` and `litek8s-agent`, end here.
+pub fn main<I: Invocation>(
+    program: &str,
+    parse: impl FnOnce(Vec<OsString>) -> Result<I, ParseError>,
+) -> ExitCode {
+    let invocation = match parse(std::env::args_os().collect()) {
+        Ok(invocation) => invocation,
+        // A configuration file's error names its file and line.
+        Err(ParseError::Config(e)) => {
+            eprintln!("{program}: {e}");
+            return ExitCode::from(2);
+        }
+        // --help and --version print their text and exit 0; usage errors print one line.
+        Err(ParseError::Usage(e)) if !e.use_stderr() => {
+            return e.print().map_or(ExitCode::FAILURE, |_| ExitCode::SUCCESS)
+        }
+        Err(ParseError::Usage(e)) => {
+            // The first paragraph on one line: "required arguments were not provided:"
+            // is followed by the arguments on the next lines.
+            let text = e.to_string();
+            let first: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!(
+                "{program}: {} (see --help)",
+                first.join(" ").trim_start_matches("error: ")
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let run = invocation.init_logging().and_then(|()| {
+        crate::failpoints::check();
+        invocation.run()
+    });
+    match run {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{program}: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, skipping a cause its parent's message already
+/// quotes (many error types print their source inside their own message).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line.replace('\n', " ")
 }

@@ -86,8 +86,16 @@ impl Daemon {
     }
 }
 
-/// Where the binary goes (the path the units run).
+/// Where the binary goes (the path the server's unit runs).
 pub const BINARY: &str = "/usr/bin/litek8s";
+
+/// The agent's own executable, which the agent's unit runs (`litek8s agent` without the rest
+/// of the suite; docs/agent.md, "Two executables").
+pub const AGENT_BINARY: &str = "/usr/bin/litek8s-agent";
+
+/// The file name of the agent's executable next to the `litek8s` binary (in a release build's
+/// directory, or wherever both were unpacked).
+pub const AGENT_BINARY_NAME: &str = "litek8s-agent";
 
 /// Where `install` writes unit files when no package provides them: the administrator's
 /// directory, which systemd reads before the packages' directories.

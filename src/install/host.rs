@@ -50,6 +50,31 @@ pub fn write_if_changed(path: &str, content: &[u8], mode: u32) -> anyhow::Result
     Ok(true)
 }
 
+/// Makes `path` a symbolic link to `to` unless it already is one; atomic (a temporary link
+/// renamed over whatever is there). Returns whether it changed.
+pub fn link_if_changed(path: &str, to: &str) -> anyhow::Result<bool> {
+    let target = Path::new(path);
+    if std::fs::read_link(target).is_ok_and(|current| current == Path::new(to)) {
+        return Ok(false);
+    }
+    let dir = target
+        .parent()
+        .with_context(|| format!("{path}: no parent directory"))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let tmp = dir.join(format!(
+        ".{}.litek8s-install.{}",
+        target
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(to, &tmp).with_context(|| format!("link {}", tmp.display()))?;
+    std::fs::rename(&tmp, target).with_context(|| format!("rename onto {path}"))?;
+    Ok(true)
+}
+
 /// The files install wrote, from the manifest.
 pub fn manifest() -> BTreeSet<String> {
     std::fs::read_to_string(MANIFEST)

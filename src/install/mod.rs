@@ -1,7 +1,9 @@
 //! `litek8s install server|agent` and `litek8s uninstall`: the day-one path without packages,
 //! built from the packages' own parts so that both paths are one.
 //!
-//! `install` puts the running binary at `/usr/bin/litek8s`, the unit and its start hook where
+//! `install` puts the running binary at `/usr/bin/litek8s` and the agent's executable at
+//! `/usr/bin/litek8s-agent` (the `litek8s-agent` found next to it, else a link to `litek8s`,
+//! which runs the agent under that name), the unit and its start hook where
 //! the packages put them (unless a package already did: [`artifacts`]), writes the unit's
 //! settings file (`/etc/default/litek8s-*`) and, for a join, the token (`/etc/litek8s/*.env`,
 //! 0600), then enables and starts the unit and waits for READY. Token generation on the first
@@ -32,7 +34,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 
-use artifacts::{Daemon, BINARY, UNIT_DIR};
+use artifacts::{Daemon, AGENT_BINARY, BINARY, UNIT_DIR};
 
 /// `litek8s install …`
 #[derive(Debug, Args)]
@@ -180,15 +182,15 @@ fn setting(key: &str, value: &str) -> anyhow::Result<String> {
     })
 }
 
-/// The binary, then the daemon's hook, unit, settings and token; returns whether any of its
-/// files changed. Records the files it wrote in the manifest.
+/// The daemon's files: the agent's executable (for the agent), then its hook, unit, settings
+/// and token; returns whether any of them changed. Records the files it wrote in the manifest.
 fn put_files(
     daemon: Daemon,
     settings: &str,
     token: Option<&str>,
     written: &mut BTreeSet<String>,
 ) -> anyhow::Result<bool> {
-    let mut changed = false;
+    let mut changed = daemon == Daemon::Agent && put_agent_binary(written)?;
     let mut put = |path: &str, content: &[u8], mode: u32| -> anyhow::Result<()> {
         if host::write_if_changed(path, content, mode)? {
             changed = true;
@@ -234,6 +236,38 @@ fn put_binary(written: &mut BTreeSet<String>) -> anyhow::Result<bool> {
         println!("wrote {BINARY}");
     }
     written.insert(BINARY.to_string());
+    Ok(wrote)
+}
+
+/// Puts the agent's executable at /usr/bin/litek8s-agent, which the agent's unit runs, unless
+/// a package owns it: a copy of the `litek8s-agent` next to this binary when there is one,
+/// else a link to `litek8s`, which runs the agent when called by that name (the same agent,
+/// without the smaller executable's memory saving). Returns whether it changed.
+fn put_agent_binary(written: &mut BTreeSet<String>) -> anyhow::Result<bool> {
+    if artifacts::packaged(AGENT_BINARY) {
+        return Ok(false);
+    }
+    let me = std::env::current_exe().context("find the running binary")?;
+    let sibling = me.with_file_name(artifacts::AGENT_BINARY_NAME);
+    let target = Path::new(AGENT_BINARY);
+    let wrote = if sibling == target {
+        // Installing from /usr/bin/litek8s itself: what an earlier install put there stays.
+        if target.symlink_metadata().is_ok() {
+            false
+        } else {
+            host::link_if_changed(AGENT_BINARY, "litek8s")?
+        }
+    } else if sibling.is_file() {
+        let content =
+            std::fs::read(&sibling).with_context(|| format!("read {}", sibling.display()))?;
+        host::write_if_changed(AGENT_BINARY, &content, 0o755)?
+    } else {
+        host::link_if_changed(AGENT_BINARY, "litek8s")?
+    };
+    if wrote {
+        println!("wrote {AGENT_BINARY}");
+    }
+    written.insert(AGENT_BINARY.to_string());
     Ok(wrote)
 }
 
@@ -544,5 +578,21 @@ mod tests {
             .expect("dir")
             .count();
         assert_eq!(leftovers, 1, "no temporary file left behind");
+    }
+
+    #[test]
+    fn a_link_replaces_a_file_and_is_made_only_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("litek8s-agent");
+        let path = path.to_str().expect("utf-8");
+        assert!(host::write_if_changed(path, b"old copy", 0o755).expect("file"));
+        assert!(host::link_if_changed(path, "litek8s").expect("link over the file"));
+        assert!(!host::link_if_changed(path, "litek8s").expect("same link"));
+        assert_eq!(
+            std::fs::read_link(path).expect("a link"),
+            Path::new("litek8s")
+        );
+        let entries = std::fs::read_dir(dir.path()).expect("dir").count();
+        assert_eq!(entries, 1, "no temporary link left behind");
     }
 }

@@ -1,5 +1,6 @@
-//! Helpers of the node agent tests: a `litek8s agent` child process in a temporary node
-//! directory (its log kept per start), the Node and its Lease as a server sees them, and
+//! Helpers of the node agent tests: a `litek8s-agent` child process (the agent's own
+//! executable, which the packages' unit runs; `litek8s agent` is the same code) in a temporary
+//! node directory (its log kept per start), the Node and its Lease as a server sees them, and
 //! kubeconfigs and kubectl runs with a node's client certificate.
 #![allow(dead_code)]
 
@@ -8,7 +9,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::support::images::{busybox_image, oci_archive};
-use super::support::{bin, terminate_child, Api};
+use super::support::{agent_bin, terminate_child, Api};
 
 /// The kubectl versions the tests drive (the oldest and newest supported).
 pub const KUBECTLS: [&str; 2] = [
@@ -19,7 +20,7 @@ pub const KUBECTLS: [&str; 2] = [
 /// How long an agent may take to register a Ready Node (a hang guard).
 pub const READY_GUARD: Duration = Duration::from_secs(60);
 
-/// One `litek8s agent` process.
+/// One `litek8s-agent` process.
 pub struct Agent {
     _tmp: Option<tempfile::TempDir>,
     pub root: PathBuf,
@@ -55,9 +56,8 @@ impl Agent {
     }
 
     pub fn command(&self) -> Command {
-        let mut cmd = Command::new(bin());
-        cmd.arg("agent")
-            .arg("--server")
+        let mut cmd = Command::new(agent_bin());
+        cmd.arg("--server")
             .arg(&self.server)
             .arg("--node-dir")
             .arg(&self.node_dir)

@@ -64,6 +64,19 @@ pub fn bin() -> PathBuf {
     PathBuf::from(std::env::var_os("LITEK8S_BIN").expect("set LITEK8S_BIN to the litek8s binary"))
 }
 
+/// The agent's own executable under test (`litek8s-agent`, what litek8s-agent.service runs):
+/// the one cargo built for this test, else `$LITEK8S_AGENT_BIN` (the benchmark passes the
+/// release binary that way).
+pub fn agent_bin() -> PathBuf {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_litek8s-agent") {
+        return PathBuf::from(path);
+    }
+    PathBuf::from(
+        std::env::var_os("LITEK8S_AGENT_BIN")
+            .expect("set LITEK8S_AGENT_BIN to the litek8s-agent binary"),
+    )
+}
+
 /// Arms the fail point `name` (`litek8s::failpoints`) with `value` in the environment of
 /// `cmd`, next to any armed before. Panics when the binary under test is built without the
 /// `failpoints` feature: the fault would silently not happen, and the test pass for nothing.
