@@ -44,6 +44,9 @@ pub fn apply(info: &ResourceInfo, object: &mut Value) {
             object,
             kind == "MutatingWebhookConfiguration",
         ),
+        ("apiregistration.k8s.io", "APIService") => {
+            crate::api::aggregation::apiservice::apply_defaults(object)
+        }
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
             other::role_binding(object)
         }
