@@ -88,6 +88,9 @@ fn schema_for(generator: &mut SchemaGenerator, r: &ResourceInfo) -> String {
             name!(rbac::v1::ClusterRoleBinding)
         }
         ("storage.k8s.io", "v1", "StorageClass") => name!(storage::v1::StorageClass),
+        ("apiregistration.k8s.io", "v1", "APIService") => {
+            name!(k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService)
+        }
         ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => {
             name!(k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition)
         }

@@ -13,6 +13,10 @@
 //!   IfNeeded` is called again, seeing the later webhook's patch;
 //! - matchConditions: a webhook is called only when all are true; one that fails to evaluate
 //!   skips the webhook under failurePolicy Ignore and refuses the write under Fail;
+//! - a webhook named by Service reference (a Service without selector whose Endpoints point
+//!   at the test webhook) is called through that Service: denial, patch, its certificate
+//!   checked for `<name>.<namespace>.svc`, and a Service without endpoints decided by the
+//!   failurePolicy;
 //! - bad configurations are refused with 422 (matchConditions that do not compile included);
 //! - the configuration kinds are never sent to webhooks, so a broken one can be deleted.
 
@@ -22,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::kubectl::{apply, ok, run as kubectl, stderr, stdout};
-use support::webhook::{Webhook, DENY_MESSAGE, WARNING};
+use support::webhook::{Webhook, DENY_MESSAGE, SERVICE_NAME, SERVICE_NAMESPACE, WARNING};
 use support::{runtime, Server};
 
 const KUBECTLS: [&str; 2] = [
@@ -369,6 +373,166 @@ fn failure_policies_decide_what_an_unusable_answer_does() {
     // The webhook on another object is not called at all.
     let (status, _) = post(&server, path, &config_map("unlabelled", json!({})));
     assert_eq!(status, 201);
+}
+
+/// A Service `name` in front of `port` of `ip`: no selector, its Endpoints written by hand.
+fn manual_service(server: &Server, name: &str, ip: &str, port: u16) {
+    let ns = SERVICE_NAMESPACE;
+    let service = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]},
+    });
+    let (status, body) = post(
+        server,
+        &format!("/api/v1/namespaces/{ns}/services"),
+        &service,
+    );
+    assert_eq!(status, 201, "{body}");
+    let endpoints = json!({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": name},
+        "subsets": [{"addresses": [{"ip": ip}], "ports": [{"name": "https", "port": port}]}],
+    });
+    let (status, body) = post(
+        server,
+        &format!("/api/v1/namespaces/{ns}/endpoints"),
+        &endpoints,
+    );
+    assert_eq!(status, 201, "{body}");
+}
+
+/// A webhook of `case` called by Service reference.
+fn service_hook(webhook: &Webhook, case: &str, service: &str, path: &str, extra: Value) -> Value {
+    let mut h = case_hook(webhook, case, path, extra);
+    h["clientConfig"] = json!({
+        "service": {"namespace": SERVICE_NAMESPACE, "name": service, "path": path},
+        "caBundle": webhook.ca_bundle(),
+    });
+    h
+}
+
+#[test]
+fn webhooks_are_called_by_service_reference() {
+    let webhook = Webhook::start();
+    let server = Server::start(&[]);
+    let kc = server.kubeconfig_path();
+    manual_service(&server, SERVICE_NAME, "127.0.0.1", webhook.addr.port());
+    // Reachable, but its certificate does not name this Service.
+    manual_service(&server, "misnamed", "127.0.0.1", webhook.addr.port());
+    let empty = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "empty"},
+        "spec": {"ports": [{"port": 443}]},
+    });
+    let (status, body) = post(
+        &server,
+        &format!("/api/v1/namespaces/{SERVICE_NAMESPACE}/services"),
+        &empty,
+    );
+    assert_eq!(status, 201, "{body}");
+    create_configuration(
+        &server,
+        &configuration(
+            "ValidatingWebhookConfiguration",
+            "by-service",
+            vec![
+                service_hook(&webhook, "svc-deny", SERVICE_NAME, "/deny", json!({})),
+                service_hook(&webhook, "svc-misnamed", "misnamed", "/allow", json!({})),
+                service_hook(&webhook, "svc-empty", "empty", "/allow", json!({})),
+                service_hook(
+                    &webhook,
+                    "svc-empty-ignore",
+                    "empty",
+                    "/allow",
+                    json!({"failurePolicy": "Ignore"}),
+                ),
+            ],
+        ),
+    );
+    create_configuration(
+        &server,
+        &configuration(
+            "MutatingWebhookConfiguration",
+            "by-service",
+            vec![service_hook(
+                &webhook,
+                "svc-label",
+                SERVICE_NAME,
+                "/label",
+                json!({}),
+            )],
+        ),
+    );
+    for binary in KUBECTLS {
+        let v = binary.rsplit('.').next().unwrap();
+        let denied = apply(
+            binary,
+            &kc,
+            &format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: denied-{v}\n  labels:\n    case: svc-deny\ndata:\n  k: v\n"
+            ),
+        );
+        assert!(!denied.status.success(), "{binary}: {}", stdout(&denied));
+        let want = format!(
+            "admission webhook \"svc-deny.test.litek8s.io\" denied the request: {DENY_MESSAGE}"
+        );
+        assert!(
+            stderr(&denied).contains(&want),
+            "{binary}: {}",
+            stderr(&denied)
+        );
+        let name = format!("patched-{v}");
+        let created = apply(
+            binary,
+            &kc,
+            &format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  labels:\n    case: svc-label\ndata:\n  k: v\n"
+            ),
+        );
+        assert!(created.status.success(), "{binary}: {}", stderr(&created));
+        let label = ok(
+            binary,
+            &kc,
+            &[
+                "get",
+                "configmap",
+                &name,
+                "-o",
+                "jsonpath={.metadata.labels.webhook}",
+            ],
+        );
+        assert_eq!(label.trim(), "patched", "{binary}");
+    }
+    assert_eq!(webhook.reviews("/deny").len(), 2);
+    let path = format!("/api/v1/namespaces/{SERVICE_NAMESPACE}/configmaps");
+    for (case, code, words) in [
+        ("svc-misnamed", 500, "misnamed.default.svc"),
+        (
+            "svc-empty",
+            500,
+            "no endpoints available for service \"default/empty\"",
+        ),
+        ("svc-empty-ignore", 201, ""),
+    ] {
+        let (status, body) = post(&server, &path, &config_map(case, json!({"case": case})));
+        assert_eq!(status, code, "{case}: {body}");
+        let message = body["message"].as_str().unwrap_or("");
+        assert!(message.contains(words), "{case}: {message}");
+    }
+    // The calls through the Service share kept connections: 20 calls, at most a handshake or
+    // two.
+    let before = webhook.handshakes();
+    for i in 0..20 {
+        let (status, body) = post(
+            &server,
+            &path,
+            &config_map(&format!("many-{i}"), json!({"case": "svc-label"})),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    let made = webhook.handshakes() - before;
+    assert!(made <= 2, "{made} handshakes for 20 calls");
 }
 
 #[test]

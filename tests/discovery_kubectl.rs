@@ -337,6 +337,7 @@ async fn check_kubectl(binary: PathBuf, version: &str, aggregated: &str) {
         [
             "admissionregistration.k8s.io/v1",
             "apiextensions.k8s.io/v1",
+            "apiregistration.k8s.io/v1",
             "apps/v1",
             "authentication.k8s.io/v1",
             "authorization.k8s.io/v1",

@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::aggregation::Aggregator;
 use super::cluster_ip::ClusterIpAllocator;
 use super::crd::CustomKinds;
 use super::metrics::ApiMetrics;
@@ -59,6 +60,9 @@ pub struct ApiContext {
     /// The custom kinds served, derived from the store's CustomResourceDefinitions (shared
     /// likewise).
     pub custom_kinds: Arc<CustomKinds>,
+    /// The aggregated API servers' connections, front-proxy identity and discovery (shared
+    /// likewise).
+    pub aggregator: Arc<Aggregator>,
     /// The admission webhooks, derived from the store's webhook configurations, and the
     /// connections to them (shared likewise).
     pub webhooks: Arc<Webhooks>,
@@ -77,6 +81,7 @@ impl ApiContext {
         ApiContext {
             authorizer: Arc::new(Authorizer::new(store.clone())),
             custom_kinds: Arc::new(CustomKinds::new(store.clone())),
+            aggregator: Arc::default(),
             webhooks: Arc::new(Webhooks::new(store.clone())),
             policies: Arc::new(Policies::new(store.clone())),
             store,
@@ -112,6 +117,7 @@ impl ApiContext {
             streams: self.streams.clone(),
             metrics: self.metrics.clone(),
             custom_kinds: self.custom_kinds.clone(),
+            aggregator: self.aggregator.clone(),
             webhooks: self.webhooks.clone(),
             policies: self.policies.clone(),
             pod_security: self.pod_security.clone(),

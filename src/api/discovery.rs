@@ -3,7 +3,9 @@
 //!
 //! Everything is derived from the resource registry (`kube::resources::RESOURCES`) and the
 //! custom kinds the stored CustomResourceDefinitions establish (`crd::CustomKinds`), so a kind
-//! added to either shows up in every discovery document without touching this file.
+//! added to either shows up in every discovery document without touching this file. `/apis`
+//! also lists the group versions of Available aggregated API servers (`aggregation`), whose
+//! own `/apis/<group>/<version>` the proxy answers.
 //!
 //! The client decides how to parse a discovery reply from its Content-Type, so the negotiated
 //! aggregated media type is echoed back exactly; anything else is answered with plain JSON.
@@ -12,7 +14,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
 
 use super::status::ApiError;
-use super::{response, ApiBody, ApiContext};
+use super::{aggregation, response, ApiBody, ApiContext};
 use crate::kube::resources::{ResourceInfo, RESOURCES};
 
 /// Aggregated discovery media type parameters (`g` and `as`).
@@ -137,7 +139,7 @@ pub fn respond(ctx: &ApiContext, path: &str, accept: &str) -> Option<Response<Ap
     let trimmed = path.trim_end_matches('/');
     let kinds = served_kinds(ctx);
     let segments: Vec<&str> = trimmed.split('/').skip(1).collect();
-    let (aggregated_ok, builder): (bool, Box<dyn Fn(Format) -> Option<Value>>) =
+    let (aggregated_ok, builder): (bool, Box<dyn Fn(Format) -> Option<Value> + '_>) =
         match segments.as_slice() {
             ["api"] => {
                 let address = server_address(ctx);
@@ -151,15 +153,26 @@ pub fn respond(ctx: &ApiContext, path: &str, accept: &str) -> Option<Response<Ap
                     }),
                 )
             }
-            ["apis"] => (
-                true,
-                Box::new(move |f| {
-                    Some(match f {
-                        Format::Plain => api_group_list(&kinds),
-                        Format::Aggregated(v) => aggregated_list(&kinds, v, false),
-                    })
-                }),
-            ),
+            ["apis"] => {
+                let remote = aggregation::discovery::groups(&ctx.store);
+                (
+                    true,
+                    Box::new(move |f| {
+                        Some(match f {
+                            Format::Plain => {
+                                let mut list = api_group_list(&kinds);
+                                add_remote_groups(&mut list, &remote);
+                                list
+                            }
+                            Format::Aggregated(v) => {
+                                let mut list = aggregated_list(&kinds, v, false);
+                                add_remote_aggregated(ctx, &mut list, &remote);
+                                list
+                            }
+                        })
+                    }),
+                )
+            }
             ["api", version] => {
                 let version = version.to_string();
                 (
@@ -169,7 +182,20 @@ pub fn respond(ctx: &ApiContext, path: &str, accept: &str) -> Option<Response<Ap
             }
             ["apis", group] => {
                 let group = group.to_string();
-                (false, Box::new(move |_| api_group(&kinds, &group)))
+                let remote = aggregation::discovery::groups(&ctx.store);
+                (
+                    false,
+                    Box::new(move |_| {
+                        api_group(&kinds, &group).or_else(|| {
+                            let (name, versions) = remote.iter().find(|(g, _)| *g == group)?;
+                            let versions: Vec<&str> = versions.iter().map(String::as_str).collect();
+                            let mut entry = group_entry(name, &versions);
+                            entry["kind"] = "APIGroup".into();
+                            entry["apiVersion"] = "v1".into();
+                            Some(entry)
+                        })
+                    }),
+                )
             }
             ["apis", group, version] => {
                 let (group, version) = (group.to_string(), version.to_string());
@@ -206,6 +232,58 @@ pub fn respond(ctx: &ApiContext, path: &str, accept: &str) -> Option<Response<Ap
     resp.headers_mut()
         .insert(header::VARY, HeaderValue::from_static("Accept"));
     Some(resp)
+}
+
+/// The aggregated API servers' groups in an APIGroupList: their versions added to a group
+/// listed already, or the group appended.
+fn add_remote_groups(list: &mut Value, remote: &[(String, Vec<String>)]) {
+    let Some(groups) = list["groups"].as_array_mut() else {
+        return;
+    };
+    for (group, versions) in remote {
+        let versions: Vec<&str> = versions.iter().map(String::as_str).collect();
+        match groups.iter_mut().find(|g| g["name"] == group.as_str()) {
+            Some(existing) => {
+                if let Some(listed) = existing["versions"].as_array_mut() {
+                    for v in &versions {
+                        if !listed.iter().any(|l| l["version"] == *v) {
+                            listed.push(
+                                json!({"groupVersion": group_version(group, v), "version": v}),
+                            );
+                        }
+                    }
+                }
+            }
+            None => groups.push(group_entry(group, &versions)),
+        }
+    }
+}
+
+/// The aggregated API servers' groups in an APIGroupDiscoveryList, likewise.
+fn add_remote_aggregated(ctx: &ApiContext, list: &mut Value, remote: &[(String, Vec<String>)]) {
+    let Some(items) = list["items"].as_array_mut() else {
+        return;
+    };
+    for (group, versions) in remote {
+        let entries: Vec<Value> = versions
+            .iter()
+            .map(|v| aggregation::discovery::aggregated_version(&ctx.aggregator, group, v))
+            .collect();
+        match items
+            .iter_mut()
+            .find(|i| i["metadata"]["name"] == group.as_str())
+        {
+            Some(existing) => {
+                if let Some(listed) = existing["versions"].as_array_mut() {
+                    listed.extend(entries);
+                }
+            }
+            None => items.push(json!({
+                "metadata": {"name": group, "creationTimestamp": null},
+                "versions": entries,
+            })),
+        }
+    }
 }
 
 /// `host:port` clients should use, as published in APIVersions.

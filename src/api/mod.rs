@@ -28,10 +28,12 @@
 //!   authorizer every request passes (`auth`), and TokenReview; `rbac_validation`: the RBAC
 //!   kinds' checks.
 //! - `oidc`: the service-account issuer's discovery documents.
+//! - `aggregation`: APIServices and the aggregated API servers they register (a proxy).
 //! - `response`: small response builders.
 //! - `metrics`: `/metrics`, the request counters the router feeds and what is stored.
 
 pub(crate) mod access_review;
+pub(crate) mod aggregation;
 pub(crate) mod barrier;
 pub(crate) mod body;
 pub mod certificates;

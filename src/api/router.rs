@@ -86,6 +86,11 @@ where
             return ApiError::denied(&user.name, &info, &reason).into_response();
         }
     }
+    // A group version an aggregated API server registered: everything under it is its own
+    // (authorized here first, as kube-apiserver's chain runs before its aggregator).
+    if let Some(backend) = super::aggregation::proxy::backend_for(&ctx, &path) {
+        return super::aggregation::proxy::serve(&ctx, &backend, req, &user).await;
+    }
     if crate::streams::owns(&path) {
         return crate::streams::serve(ctx, req, user).await;
     }
@@ -99,6 +104,9 @@ where
     }
     if let Some(resp) = oidc::respond(&ctx, &path) {
         return resp;
+    }
+    if path.trim_end_matches('/') == "/apis" {
+        ctx.aggregator.refresh_discovery(&ctx).await;
     }
     if !request::is_resource_path(&path) {
         return discovery::respond(&ctx, &path, &accept)

@@ -3,7 +3,8 @@
 //! controllers' selectors and their match with the template labels, service ports, and the
 //! fields an update may not change (a deployment's selector, a job's selector and template);
 //! the RBAC kinds' rules and references (`rbac_validation`); PriorityClass, ResourceQuota and
-//! LimitRange (`policy_validation`); CertificateSigningRequests (`certificates`).
+//! LimitRange (`policy_validation`); CertificateSigningRequests (`certificates`); APIServices
+//! (`aggregation::apiservice`).
 
 use serde_json::{Map, Value};
 
@@ -106,6 +107,9 @@ pub fn validate(
                 object,
                 kind == "MutatingWebhookConfiguration",
             ))
+        }
+        ("apiregistration.k8s.io", "APIService") => {
+            causes.extend(super::aggregation::apiservice::causes(object))
         }
         ("rbac.authorization.k8s.io", kind) => {
             causes.extend(super::rbac_validation::causes(kind, old, object))

@@ -28,7 +28,9 @@
 //!   (ResourceQuota status); [`crd_cleanup`] (a deleted CustomResourceDefinition's objects
 //!   deleted before it goes); [`csr_approving`] (nodes' requests for their own client
 //!   certificates approved); [`csr_signer`] (approved CertificateSigningRequests for the
-//!   API server's client signers); [`taints`]: taints and tolerations.
+//!   API server's client signers); [`apiservice_availability`] (APIServices' `Available`
+//!   condition and the front-proxy trust aggregated API servers read); [`taints`]: taints
+//!   and tolerations.
 //! - [`claim`]: adopting and releasing objects by selector and controller reference;
 //!   [`pod_control`]: pods from templates, with events and slow-start batches;
 //!   [`template`]: pod template hashes and comparison; [`history`]: ControllerRevisions.
@@ -40,6 +42,7 @@
 //! Every write goes through the in-process client (`crate::client`), so controllers' writes
 //! get the API's defaults, validation and managedFields, and fail on a deposed leader.
 
+pub(crate) mod apiservice_availability;
 pub(crate) mod bootstrap;
 pub(crate) mod claim;
 pub(crate) mod clusterrole_aggregation;

@@ -23,6 +23,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::apiservice_availability::ApiServiceAvailability;
 use super::bootstrap::{self, ApiServers};
 use super::clusterrole_aggregation::ClusterRoleAggregation;
 use super::crd_cleanup::CrdCleanup;
@@ -170,6 +171,7 @@ fn controller_manager(builder: &mut InformersBuilder) -> Vec<Launch> {
         launch::<ClusterRoleAggregation>(builder),
         launch::<ResourceQuotas>(builder),
         launch::<CrdCleanup>(builder),
+        launch::<ApiServiceAvailability>(builder),
         launch::<CsrApprover>(builder),
         launch::<CsrSigner>(builder),
     ]

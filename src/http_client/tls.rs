@@ -217,6 +217,21 @@ impl TlsConfig {
         Ok(TlsConfig(Arc::new(config)))
     }
 
+    /// Like [`TlsConfig::unverified`], presenting `identity`: for an aggregated API server
+    /// registered with `insecureSkipTLSVerify`, which still checks who calls it.
+    pub fn unverified_presenting(identity: ClientIdentity) -> Result<TlsConfig, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = builder()?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+            .with_client_auth_cert(identity.chain, identity.key)
+            .map_err(|source| TlsError::Rustls {
+                what: "client certificate",
+                source,
+            })?;
+        Ok(TlsConfig(Arc::new(config)))
+    }
+
     pub(crate) fn connector(&self) -> tokio_rustls::TlsConnector {
         tokio_rustls::TlsConnector::from(self.0.clone())
     }

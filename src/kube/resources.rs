@@ -313,6 +313,8 @@ pub static RESOURCES: &[ResourceInfo] = &[
         namespaced: false, status: false, generation: true, fields: &[]),
     resource!("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition", &["crd", "crds"], &["api-extensions"],
         namespaced: false, status: true, generation: true, fields: &[]),
+    resource!("apiregistration.k8s.io", "v1", "APIService", "apiservices", "apiservice", NO_NAMES, &["api-extensions"],
+        namespaced: false, status: true, generation: false, fields: &[]),
     resource!("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", "certificatesigningrequest", &["csr"], NO_NAMES,
         namespaced: false, status: true, generation: false, fields: &["spec.signerName"]),
     resource!("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview", NO_NAMES, NO_NAMES,

@@ -202,6 +202,16 @@ pub async fn run_until(
             .with_service_accounts(service_accounts.clone())
             .with_pod_security(pod_security),
     );
+    // Every server derives the same front-proxy identity from the CA key.
+    match crate::api::aggregation::front_proxy::FrontProxy::derive(&ca_key_pem) {
+        Ok(front_proxy) => ctx.aggregator.set_front_proxy(front_proxy),
+        Err(error) => {
+            return Err(ServerError::Crypto {
+                what: "the front-proxy certificates",
+                reason: error.to_string(),
+            })
+        }
+    }
     if let Some(node) = backend.cluster_endpoints().node() {
         // Stream requests for nodes connected to another server are relayed to it.
         let tls = crate::http_client::TlsConfig::pinned(&pki.ca_cert_pem, None).map_err(|e| {

@@ -23,10 +23,15 @@
 //!   connection is one HTTP/2 stream of the tunnel.
 //! - `proxy`: `pods/proxy`, `services/proxy` (to a ready endpoint's pod) and `nodes/proxy`,
 //!   HTTP requests passed to the agent of the pod's node, which dials its own pods.
+//! - `dial`: a byte stream to a Service's port for the server's own use (webhooks and
+//!   aggregated API servers by Service reference), to a pod through its node's tunnel (relayed
+//!   as an upgrade of a `pods/portforward` request between servers) or to a plain address, and
+//!   HTTPS with kept connections over it.
 //!
 //! Every request is authorized by `api::router` before it gets here (`get pods/log`, `create`
 //! or `get pods/exec`, `create pods/portforward`, `get pods/proxy`…), like any other request.
 
+pub(crate) mod dial;
 pub(crate) mod exec;
 pub(crate) mod frame;
 pub(crate) mod logs;
@@ -97,6 +102,9 @@ where
     let result = match sub {
         "log" => logs::serve(&ctx, ns, pod, req, &user).await,
         "attach" => exec::serve(&ctx, exec::Session::Attach, ns, pod, req, &user).await,
+        "portforward" if dial::is_relayed_dial(&req) => {
+            dial::serve_relayed(&ctx, ns, pod, req).await
+        }
         "portforward" => portforward::serve(&ctx, ns, pod, req, &user).await,
         _ => exec::serve(&ctx, exec::Session::Exec, ns, pod, req, &user).await,
     };

@@ -30,6 +30,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream as TokioTcpStream;
 use tokio_rustls::TlsConnector;
 
+pub mod aggregated;
 pub mod images;
 pub mod kubectl;
 mod ports;

@@ -1,5 +1,5 @@
 //! A small HTTPS admission webhook for the tests, outside any pod: a certificate for
-//! 127.0.0.1 from a CA of its own (rcgen), HTTP/1.1 and h2, and one behaviour per path:
+//! 127.0.0.1 and [`SERVICE_NAME`]`.`[`SERVICE_NAMESPACE`]`.svc` from a CA of its own (rcgen), HTTP/1.1 and h2, and one behaviour per path:
 //!
 //! | path | answer |
 //! |---|---|
@@ -16,6 +16,7 @@
 
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,6 +30,10 @@ use tokio_rustls::TlsAcceptor;
 
 pub const DENY_MESSAGE: &str = "the test webhook refuses this object";
 pub const WARNING: &str = "the test webhook warns about this object";
+/// The Service the tests put in front of the webhook (`<name>.<namespace>.svc` is in its
+/// certificate, as kube-apiserver checks for a webhook called by Service reference).
+pub const SERVICE_NAME: &str = "test-webhook";
+pub const SERVICE_NAMESPACE: &str = "default";
 
 type Reviews = Arc<Mutex<Vec<(String, Value)>>>;
 
@@ -37,6 +42,7 @@ pub struct Webhook {
     /// The PEM of the CA that signed the webhook's certificate.
     pub ca_pem: String,
     reviews: Reviews,
+    handshakes: Arc<AtomicUsize>,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -52,7 +58,11 @@ impl Webhook {
             .push(rcgen::DnType::CommonName, "test-webhook-ca");
         let ca = ca_params.self_signed(&ca_key).unwrap();
         let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![
+            "localhost".to_string(),
+            format!("{SERVICE_NAME}.{SERVICE_NAMESPACE}.svc"),
+        ])
+        .unwrap();
         params
             .subject_alt_names
             .push(rcgen::SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
@@ -76,6 +86,8 @@ impl Webhook {
         let addr = listener.local_addr().unwrap();
         let reviews: Reviews = Arc::default();
         let kept = reviews.clone();
+        let handshakes = Arc::new(AtomicUsize::new(0));
+        let counted = handshakes.clone();
         runtime.spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else {
@@ -84,10 +96,12 @@ impl Webhook {
                 let _ = tcp.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let reviews = kept.clone();
+                let counted = counted.clone();
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
+                    counted.fetch_add(1, Ordering::SeqCst);
                     let service = hyper::service::service_fn(move |req| {
                         let reviews = reviews.clone();
                         async move { Ok::<_, Infallible>(answer(req, reviews).await) }
@@ -102,8 +116,14 @@ impl Webhook {
             addr,
             ca_pem: cert_pem(&ca),
             reviews,
+            handshakes,
             runtime: Some(runtime),
         }
+    }
+
+    /// The TLS handshakes completed so far (a kept connection is one).
+    pub fn handshakes(&self) -> usize {
+        self.handshakes.load(Ordering::SeqCst)
     }
 
     /// `https://127.0.0.1:PORT/PATH`.

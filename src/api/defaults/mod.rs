@@ -48,6 +48,9 @@ pub fn apply(info: &ResourceInfo, object: &mut Value) {
             "admissionregistration.k8s.io",
             kind @ ("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding"),
         ) => crate::api::write::admission::policy::config::apply_defaults(object, kind),
+        ("apiregistration.k8s.io", "APIService") => {
+            crate::api::aggregation::apiservice::apply_defaults(object)
+        }
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => {
             other::role_binding(object)
         }

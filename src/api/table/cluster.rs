@@ -1,7 +1,7 @@
 //! Printers for storage, networking, policy and RBAC kinds: persistentvolumes,
 //! persistentvolumeclaims, storageclasses, resourcequotas, priorityclasses, ingresses,
 //! ingressclasses, networkpolicies, rolebindings, clusterrolebindings and
-//! certificatesigningrequests, validatingadmissionpolicies and their bindings. Roles, clusterroles
+//! certificatesigningrequests, validatingadmissionpolicies and their bindings, and apiservices. Roles, clusterroles
 //! and limitranges have no printer upstream and get the default table.
 
 use chrono::{DateTime, Utc};
@@ -52,6 +52,12 @@ pub(super) static PRINTERS: &[Printer] = &[
         kind: "PriorityClass",
         columns: PRIORITYCLASS,
         cells: priority_class,
+    },
+    Printer {
+        group: "apiregistration.k8s.io",
+        kind: "APIService",
+        columns: APISERVICE,
+        cells: api_service,
     },
     Printer {
         group: "certificates.k8s.io",
@@ -303,6 +309,44 @@ fn storage_class(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
         json!(reclaim),
         json!(binding),
         json!(expansion),
+        json!(age(obj, now)),
+    ]
+}
+
+const APISERVICE: &[Column] = &[
+    NAME,
+    col(
+        "Service",
+        "The reference to the service that hosts this API endpoint.",
+    ),
+    col("Available", "Whether this service is available."),
+    AGE,
+];
+
+/// kube-aggregator's cells: `Local` or the Service; the Available condition's status, with
+/// its reason when not True, `Unknown` without one.
+fn api_service(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
+    let service = match obj.at("/spec/service") {
+        Some(s) if s.is_object() => format!("{}/{}", text(s, "/namespace"), text(s, "/name")),
+        _ => "Local".into(),
+    };
+    let available = obj
+        .at("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|list| list.iter().find(|c| c["type"] == "Available"))
+        .map(|c| {
+            let (status, reason) = (text(c, "/status"), text(c, "/reason"));
+            if status == "True" || reason.is_empty() {
+                status.to_string()
+            } else {
+                format!("{status} ({reason})")
+            }
+        })
+        .unwrap_or_else(|| "Unknown".into());
+    vec![
+        json!(name(obj)),
+        json!(service),
+        json!(available),
         json!(age(obj, now)),
     ]
 }

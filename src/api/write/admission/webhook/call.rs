@@ -3,6 +3,11 @@
 //! webhook address), and the reading of its answer: allowed or denied with a status, a
 //! JSONPatch (`patchType: JSONPatch`, base64) and warnings.
 //!
+//! A webhook named by URL is called at that URL; one named by Service reference
+//! (`clientConfig.service`) through a stream to one of the Service's ready endpoints
+//! (`streams::dial`), its certificate checked for `<name>.<namespace>.svc` as kube-apiserver
+//! checks it.
+//!
 //! A call that gets no usable answer ([`CallError`]) is decided by the webhook's
 //! failurePolicy; a denial is the webhook's answer and is never ignored.
 
@@ -17,7 +22,9 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use super::config::{Endpoint, Hook};
+use crate::api::ApiContext;
 use crate::http_client::{ClientError, Limits, Pool, TlsConfig};
+use crate::streams::dial::{ServiceHttp, ServiceHttpError, ServiceTarget};
 
 /// The largest answer read from a webhook.
 const MAX_ANSWER: usize = 8 << 20;
@@ -34,11 +41,13 @@ pub enum CallError {
     Status { code: u16, preview: String },
     #[error("received invalid webhook response: {0}")]
     Invalid(String),
+    #[error("failed to call webhook: Post {url:?}: {error}")]
+    Service {
+        url: String,
+        error: ServiceHttpError,
+    },
     #[error("caBundle: {0}")]
     Trust(String),
-    /// A Service reference: this server reaches webhooks by URL only.
-    #[error("calling a webhook by Service reference ({0}) is not supported by this server; use clientConfig.url")]
-    ServiceUnsupported(String),
 }
 
 /// What a webhook answered.
@@ -52,13 +61,32 @@ pub struct Answer {
     pub warnings: Vec<String>,
 }
 
-/// The kept connections, one pool per (trusted bundle, scheme and authority).
+/// The kept connections: by URL one pool per (trusted bundle, scheme and authority); by
+/// Service reference the connections `services` keeps per Service port and bundle.
 #[derive(Default)]
 pub struct Clients {
     pools: Mutex<HashMap<(Option<String>, String), Pool>>,
+    trust: Mutex<HashMap<Option<String>, TlsConfig>>,
+    services: ServiceHttp,
 }
 
 impl Clients {
+    /// The TLS configuration trusting `hook`'s caBundle (the system's roots without one).
+    fn tls(&self, hook: &Hook) -> Result<TlsConfig, CallError> {
+        if let Some(tls) = self.trust.lock().get(&hook.ca_bundle) {
+            return Ok(tls.clone());
+        }
+        let tls = match &hook.ca_bundle {
+            Some(pem) => TlsConfig::pinned(pem, None),
+            None => TlsConfig::public_roots(None),
+        }
+        .map_err(|e| CallError::Trust(e.to_string()))?;
+        self.trust
+            .lock()
+            .insert(hook.ca_bundle.clone(), tls.clone());
+        Ok(tls)
+    }
+
     fn pool(&self, hook: &Hook, origin: &str) -> Result<Pool, CallError> {
         let key = (hook.ca_bundle.clone(), origin.to_string());
         if let Some(pool) = self.pools.lock().get(&key) {
@@ -75,36 +103,43 @@ impl Clients {
     }
 
     /// Sends `review` (whose request uid is `uid`) to `hook` and reads its answer.
-    pub async fn call(&self, hook: &Hook, uid: &str, review: Bytes) -> Result<Answer, CallError> {
-        let base = match &hook.endpoint {
-            Endpoint::Url(url) => url.clone(),
+    pub async fn call(
+        &self,
+        ctx: &ApiContext,
+        hook: &Hook,
+        uid: &str,
+        review: Bytes,
+    ) -> Result<Answer, CallError> {
+        let answer = match &hook.endpoint {
+            Endpoint::Url(url) => self.call_url(hook, url, review).await?,
             Endpoint::Service {
-                namespace, name, ..
-            } => return Err(CallError::ServiceUnsupported(format!("{namespace}/{name}"))),
+                namespace,
+                name,
+                path,
+                port,
+            } => {
+                let target = ServiceTarget {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    port: *port,
+                    tls: self.tls(hook)?,
+                    key: bundle_key(hook.ca_bundle.as_deref()),
+                };
+                let path = format!("{path}?timeout={}s", hook.timeout.as_secs());
+                let url = format!("https://{}:{port}{path}", target.server_name());
+                let request = match post(&path, review) {
+                    Ok(request) => request,
+                    Err(reason) => {
+                        let error = ServiceHttpError::Http(reason);
+                        return Err(CallError::Service { url, error });
+                    }
+                };
+                self.services
+                    .send(ctx, &target, request, Limits::new(hook.timeout, MAX_ANSWER))
+                    .await
+                    .map_err(|error| CallError::Service { url, error })?
+            }
         };
-        let url = format!("{base}?timeout={}s", hook.timeout.as_secs());
-        let origin = base.splitn(4, '/').take(3).collect::<Vec<_>>().join("/");
-        let pool = self.pool(hook, &origin)?;
-        let request = Request::builder()
-            .method(Method::POST)
-            .uri(&url)
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json")
-            .body(Full::new(review))
-            .map_err(|e| CallError::Client {
-                url: url.clone(),
-                error: ClientError::BadRequest {
-                    addr: url.clone(),
-                    reason: e.to_string(),
-                },
-            })?;
-        let answer = pool
-            .send(request, Limits::new(hook.timeout, MAX_ANSWER))
-            .await
-            .map_err(|error| CallError::Client {
-                url: url.clone(),
-                error,
-            })?;
         if !answer.status().is_success() {
             let preview: String = String::from_utf8_lossy(answer.body())
                 .chars()
@@ -117,6 +152,49 @@ impl Clients {
         }
         read_answer(answer.body(), uid)
     }
+
+    async fn call_url(
+        &self,
+        hook: &Hook,
+        base: &str,
+        review: Bytes,
+    ) -> Result<http::Response<Bytes>, CallError> {
+        let url = format!("{base}?timeout={}s", hook.timeout.as_secs());
+        let origin = base.splitn(4, '/').take(3).collect::<Vec<_>>().join("/");
+        let pool = self.pool(hook, &origin)?;
+        let request = post(&url, review).map_err(|reason| CallError::Client {
+            url: url.clone(),
+            error: ClientError::BadRequest {
+                addr: url.clone(),
+                reason,
+            },
+        })?;
+        pool.send(request, Limits::new(hook.timeout, MAX_ANSWER))
+            .await
+            .map_err(|error| CallError::Client {
+                url: url.clone(),
+                error,
+            })
+    }
+}
+
+/// The POST of a review to `uri`.
+fn post(uri: &str, review: Bytes) -> Result<Request<Full<Bytes>>, String> {
+    Request::builder()
+        .method(Method::POST)
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json")
+        .body(Full::new(review))
+        .map_err(|e| e.to_string())
+}
+
+/// A short name for a CA bundle, so connections trusting one are never reused for another.
+fn bundle_key(bundle: Option<&str>) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    bundle.hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
 }
 
 /// The AdmissionReview a webhook is sent.

@@ -342,7 +342,7 @@ async fn call_one(
     let uid = uuid::Uuid::new_v4().to_string();
     let body = review(req, &uid, op, object, old);
     let clients = &req.ctx.webhooks.clients;
-    match clients.call(hook, &uid, body).await {
+    match clients.call(&req.ctx, hook, &uid, body).await {
         Ok(answer) if !answer.allowed => Err(denial(hook, &answer.status)),
         Ok(answer) => {
             warn(req, &answer);
