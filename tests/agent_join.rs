@@ -220,7 +220,7 @@ fn bad_tokens_are_refused_with_a_clear_error() {
         assert!(!status.success(), "{token:?} must fail: {log}");
         let last = log.lines().last().unwrap_or("");
         assert!(
-            last.starts_with("litek8s: ") && last.contains(want),
+            last.starts_with("litek8s-agent: ") && last.contains(want),
             "{token:?}: the last line names the problem ({want:?}):\n{log}"
         );
         assert!(
