@@ -52,6 +52,21 @@ use crate::api::request::ApiRequest;
 use crate::api::status::ApiError;
 use crate::kube::object::ObjectRef;
 
+/// The name and namespace a write acts on, as kube-apiserver's admission attributes give them
+/// to webhooks and policies: the request path's, else the object's (a create may name its
+/// object only in the body; a delete's object is the old one).
+pub(crate) fn target_of<'a>(req: &'a ApiRequest, object: Option<&'a Value>) -> (&'a str, &'a str) {
+    let from_object = |pointer| object.and_then(|o| crate::api::meta::str_at(o, pointer));
+    let name = req
+        .target
+        .name
+        .as_deref()
+        .or_else(|| from_object("/metadata/name"));
+    let namespace =
+        (req.target.namespace.as_deref()).or_else(|| from_object("/metadata/namespace"));
+    (name.unwrap_or(""), namespace.unwrap_or(""))
+}
+
 /// What is being admitted. The stored object of a deletion is here for the plugins that will
 /// check deletions.
 pub enum Operation<'a> {

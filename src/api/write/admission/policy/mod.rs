@@ -178,26 +178,7 @@ pub fn validate(
         return Ok(());
     }
     let info = req.info();
-    let name = req
-        .target
-        .name
-        .as_deref()
-        .or_else(|| {
-            object
-                .or(old)
-                .and_then(|o| crate::api::meta::str_at(o, "/metadata/name"))
-        })
-        .unwrap_or("");
-    let namespace = req
-        .target
-        .namespace
-        .as_deref()
-        .or_else(|| {
-            object
-                .or(old)
-                .and_then(|o| crate::api::meta::str_at(o, "/metadata/namespace"))
-        })
-        .unwrap_or("");
+    let (name, namespace) = super::target_of(req, object.or(old));
     let is_namespace = info.group.is_empty() && info.plural == "namespaces";
     let namespace_object = if info.namespaced {
         req.ctx

@@ -158,7 +158,7 @@ fn matching(
     let namespace_labels: Option<Labels> = if info.group.is_empty() && info.plural == "namespaces" {
         object.or(old).map(labels_of)
     } else if info.namespaced {
-        let namespace = namespace_of(req, object.or(old));
+        let (_, namespace) = super::target_of(req, object.or(old));
         Some(
             req.ctx
                 .store
@@ -179,14 +179,6 @@ fn matching(
         .collect()
 }
 
-fn namespace_of<'a>(req: &'a ApiRequest, object: Option<&'a Value>) -> &'a str {
-    req.target
-        .namespace
-        .as_deref()
-        .or_else(|| object.and_then(|o| crate::api::meta::str_at(o, "/metadata/namespace")))
-        .unwrap_or("")
-}
-
 /// The AdmissionReview of this write for one call.
 fn review(
     req: &ApiRequest,
@@ -196,12 +188,7 @@ fn review(
     old: Option<&Value>,
 ) -> bytes::Bytes {
     let info = req.info();
-    let name = req
-        .target
-        .name
-        .as_deref()
-        .or_else(|| object.and_then(|o| crate::api::meta::str_at(o, "/metadata/name")))
-        .unwrap_or("");
+    let (name, namespace) = super::target_of(req, object.or(old));
     Review {
         uid,
         operation: op.as_str(),
@@ -211,7 +198,7 @@ fn review(
         resource: info.plural,
         subresource: req.target.subresource.as_deref().unwrap_or(""),
         name,
-        namespace: namespace_of(req, object.or(old)),
+        namespace,
         user: &req.user,
         object,
         old_object: old,
@@ -292,18 +279,8 @@ fn conditions_allow(
     if hook.conditions.is_empty() {
         return Ok(true);
     }
-    let name = req
-        .target
-        .name
-        .as_deref()
-        .or_else(|| {
-            object
-                .or(old)
-                .and_then(|o| crate::api::meta::str_at(o, "/metadata/name"))
-        })
-        .unwrap_or("");
-    let request =
-        expressions::request_value(req, op.as_str(), name, namespace_of(req, object.or(old)));
+    let (name, namespace) = super::target_of(req, object.or(old));
+    let request = expressions::request_value(req, op.as_str(), name, namespace);
     match Activation::new(&request, object, old).conditions(&hook.conditions) {
         Decision::Match => Ok(true),
         Decision::NoMatch { .. } => Ok(false),
