@@ -224,6 +224,21 @@ async fn connect_tcp(addr: SocketAddr) -> Result<Connection, String> {
     Ok(Box::new(tcp))
 }
 
+/// The message of a refused dial: the `message` of the Status the agent or the other server
+/// answered, else `<what> <status code>`.
+async fn refusal(answer: http::Response<hyper::body::Incoming>, what: &str) -> String {
+    let status = answer.status();
+    let body = Limited::new(answer.into_body(), 64 * 1024)
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{what} {status}"))
+}
+
 /// A stream to `port` of pod `ns/pod` through its node's agent, here or relayed (`relayed`:
 /// the request came from another server, which must not be asked back).
 async fn dial_pod(
@@ -250,16 +265,7 @@ async fn dial_pod(
                     .map_err(|_| format!("pod {ns}/{pod}: no answer from node {node:?}"))?
                     .map_err(|e| e.to_string())?;
             if !answer.status().is_success() {
-                let status = answer.status();
-                let body = Limited::new(answer.into_body(), 64 * 1024)
-                    .collect()
-                    .await
-                    .map(|c| c.to_bytes())
-                    .unwrap_or_default();
-                let message = serde_json::from_slice::<Value>(&body)
-                    .ok()
-                    .and_then(|v| v["message"].as_str().map(str::to_string))
-                    .unwrap_or_else(|| format!("node {node:?} answered {status}"));
+                let message = refusal(answer, &format!("node {node:?} answered")).await;
                 return Err(format!("pod {ns}/{pod} port {port}: {message}"));
             }
             Ok(pump(tx, answer.into_body()))
@@ -365,17 +371,7 @@ async fn relay_dial(
         .map_err(|_| fail("no answer".into()))?
         .map_err(|e| fail(e.to_string()))?;
     if answer.status() != StatusCode::SWITCHING_PROTOCOLS {
-        let status = answer.status();
-        let body = Limited::new(answer.into_body(), 64 * 1024)
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .unwrap_or_default();
-        let message = serde_json::from_slice::<Value>(&body)
-            .ok()
-            .and_then(|v| v["message"].as_str().map(str::to_string))
-            .unwrap_or_else(|| format!("answered {status}"));
-        return Err(fail(message));
+        return Err(fail(refusal(answer, "answered").await));
     }
     let upgraded = hyper::upgrade::on(&mut answer)
         .await
