@@ -14,6 +14,20 @@ use anyhow::{bail, Context};
 
 use super::artifacts::MANIFEST;
 
+/// The temporary name an atomic replacement of `target` is made under: in the same directory
+/// (created if missing), so the rename stays on one filesystem.
+fn temporary_beside(target: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let dir = target
+        .parent()
+        .with_context(|| format!("{}: no parent directory", target.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    Ok(dir.join(format!(".{name}.litek8s-install.{}", std::process::id())))
+}
+
 /// Writes `content` to `path` with `mode` unless it already holds exactly that (content and
 /// mode); atomic (a temporary file renamed over it). Returns whether it wrote.
 pub fn write_if_changed(path: &str, content: &[u8], mode: u32) -> anyhow::Result<bool> {
@@ -23,18 +37,7 @@ pub fn write_if_changed(path: &str, content: &[u8], mode: u32) -> anyhow::Result
             return Ok(false);
         }
     }
-    let dir = target
-        .parent()
-        .with_context(|| format!("{path}: no parent directory"))?;
-    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.litek8s-install.{}",
-        target
-            .file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
+    let tmp = temporary_beside(target)?;
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -57,18 +60,7 @@ pub fn link_if_changed(path: &str, to: &str) -> anyhow::Result<bool> {
     if std::fs::read_link(target).is_ok_and(|current| current == Path::new(to)) {
         return Ok(false);
     }
-    let dir = target
-        .parent()
-        .with_context(|| format!("{path}: no parent directory"))?;
-    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.litek8s-install.{}",
-        target
-            .file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
+    let tmp = temporary_beside(target)?;
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(to, &tmp).with_context(|| format!("link {}", tmp.display()))?;
     std::fs::rename(&tmp, target).with_context(|| format!("rename onto {path}"))?;
