@@ -9,9 +9,10 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-cargo build --release -p litek8s --bin litek8s && cargo build --release -p litek8s-bench --bin streams_bench
+cargo build --release -p litek8s --bin litek8s --bin litek8s-agent && cargo build --release -p litek8s-bench --bin streams_bench
 TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 export LITEK8S_BIN=$TARGET_DIR/release/litek8s
+export LITEK8S_AGENT_BIN=$TARGET_DIR/release/litek8s-agent
 echo "cores: $(nproc)"
 if [ $# -gt 0 ]; then
     "$TARGET_DIR/release/streams_bench" "$1"
