@@ -521,3 +521,202 @@ fn a_policy_written_through_one_server_is_enforced_by_the_others() {
         }
     });
 }
+
+/// `authorizer` in a policy: the write is admitted only when its author may also list
+/// secrets in the namespace (asked of the server's RBAC for that user), a check on a named
+/// service account, and `requestResource` (the resource being written). kubectl `--as`
+/// impersonates the users: `alice` may write ConfigMaps, `bob` may also list secrets, `carol`
+/// may list secrets and create ConfigMaps but not read them.
+#[test]
+fn the_authorizer_in_expressions_asks_rbac_for_the_writer() {
+    let server = Server::start(&[]);
+    let kc = server.kubeconfig_path();
+    let k = KUBECTLS[1];
+    ok(k, &kc, &["create", "namespace", "authz"]);
+    ok(k, &kc, &["label", "namespace", "authz", "policy=authz"]);
+    for (role, verbs, resource) in [
+        ("cm-writer", "create,update,get", "configmaps"),
+        ("secret-lister", "list", "secrets"),
+        ("pod-creator", "create", "pods"),
+        ("cm-creator", "create", "configmaps"),
+    ] {
+        let verb_arg = format!("--verb={verbs}");
+        let resource_arg = format!("--resource={resource}");
+        ok(
+            k,
+            &kc,
+            &[
+                "-n",
+                "authz",
+                "create",
+                "role",
+                role,
+                &verb_arg,
+                &resource_arg,
+            ],
+        );
+    }
+    for (name, role, subject) in [
+        ("alice-cm", "cm-writer", "--user=alice"),
+        ("bob-cm", "cm-writer", "--user=bob"),
+        ("bob-secrets", "secret-lister", "--user=bob"),
+        (
+            "builder-pods",
+            "pod-creator",
+            "--serviceaccount=authz:builder",
+        ),
+        ("carol-cm", "cm-creator", "--user=carol"),
+        ("carol-secrets", "secret-lister", "--user=carol"),
+    ] {
+        let role_arg = format!("--role={role}");
+        ok(
+            k,
+            &kc,
+            &[
+                "-n",
+                "authz",
+                "create",
+                "rolebinding",
+                name,
+                &role_arg,
+                subject,
+            ],
+        );
+    }
+    create(
+        &server,
+        &policy(
+            "writer-lists-secrets",
+            json!({
+                "matchConstraints": on_configmaps(),
+                "validations": [
+                    {
+                        "expression": "authorizer.group('').resource('secrets').namespace(object.metadata.namespace).check('list').allowed()",
+                        "messageExpression": "'user may not list secrets: ' + authorizer.group('').resource('secrets').namespace(object.metadata.namespace).check('list').reason()",
+                    },
+                    {
+                        "expression": "authorizer.serviceAccount('authz', 'builder').group('').resource('pods').namespace('authz').check('create').allowed()",
+                        "message": "the builder account may not create pods",
+                    },
+                    {
+                        "expression": "authorizer.requestResource.check('get').allowed()",
+                        "message": "the writer may not read what it writes",
+                    },
+                ],
+            }),
+        ),
+    );
+    create(
+        &server,
+        &binding(
+            "writer-lists-secrets",
+            json!({
+                "policyName": "writer-lists-secrets",
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"policy": "authz"}}},
+            }),
+        ),
+    );
+    // Bindings become effective as soon as the store applied them; allow for a slow machine.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = kubectl(
+            k,
+            &kc,
+            &[
+                "--as=alice",
+                "-n",
+                "authz",
+                "create",
+                "configmap",
+                "from-alice",
+            ],
+        );
+        let err = stderr(&out);
+        if !out.status.success() && err.contains("user may not list secrets") {
+            assert!(
+                err.contains("ValidatingAdmissionPolicy 'writer-lists-secrets'"),
+                "{err}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "alice's ConfigMap was not refused: {err}"
+        );
+        kubectl(
+            k,
+            &kc,
+            &["-n", "authz", "delete", "configmap", "from-alice"],
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // bob may list secrets: admitted; so is the admin (system:masters).
+    ok(
+        k,
+        &kc,
+        &["--as=bob", "-n", "authz", "create", "configmap", "from-bob"],
+    );
+    ok(
+        k,
+        &kc,
+        &["-n", "authz", "create", "configmap", "from-admin"],
+    );
+    // carol's write is refused by the check on the resource she writes.
+    let out = kubectl(
+        k,
+        &kc,
+        &[
+            "--as=carol",
+            "-n",
+            "authz",
+            "create",
+            "configmap",
+            "from-carol",
+        ],
+    );
+    let err = stderr(&out);
+    assert!(
+        !out.status.success() && err.contains("the writer may not read what it writes"),
+        "{err}"
+    );
+    // The service account loses its pod permission: every write is refused, whoever sends it.
+    ok(
+        k,
+        &kc,
+        &["-n", "authz", "delete", "rolebinding", "builder-pods"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = kubectl(
+            k,
+            &kc,
+            &[
+                "--as=bob",
+                "-n",
+                "authz",
+                "create",
+                "configmap",
+                "after-revoke",
+            ],
+        );
+        let err = stderr(&out);
+        if !out.status.success() {
+            assert!(
+                err.contains("the builder account may not create pods"),
+                "{err}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the revoked binding was never seen"
+        );
+        kubectl(
+            k,
+            &kc,
+            &["-n", "authz", "delete", "configmap", "after-revoke"],
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

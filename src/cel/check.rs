@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use ::cel::common::ast::{operators, Expr, IdedExpr};
 use ::cel::common::value::CelVal;
 
+use super::authz::{self, Stage};
 use super::MAX_REQUEST_BYTES;
 
 /// What the static pass knows of a value: its shape and, for what has a size, the largest
@@ -46,6 +47,8 @@ pub enum Ty {
         open: bool,
     },
     Optional(Box<Ty>),
+    /// A stage of the authorizer library (`authorizer`, its checks and decisions).
+    Authz(Stage),
 }
 
 impl Ty {
@@ -117,6 +120,7 @@ impl Ty {
             Ty::Map { value, .. } => format!("map(string, {})", value.name()),
             Ty::Object { .. } => "object".into(),
             Ty::Optional(t) => format!("optional_type({})", t.name()),
+            Ty::Authz(stage) => stage.name().into(),
         }
     }
 
@@ -256,6 +260,9 @@ impl Walk {
                     },
                     Ty::Map { value, .. } => (**value).clone(),
                     Ty::Dyn => Ty::Dyn,
+                    Ty::Authz(Stage::Authorizer) if select.field == "requestResource" => {
+                        Ty::Authz(Stage::ResourceCheck)
+                    }
                     _ if self.actual => Ty::Null,
                     other => {
                         return Err(format!(
@@ -399,6 +406,9 @@ fn function(name: &str, target: Option<&Ty>, args: &[Ty]) -> Result<(u64, Ty), S
     let second = operands.get(1).copied().cloned().unwrap_or(Ty::Dyn);
     let is_string = |t: &Ty| matches!(t, Ty::String { .. });
     let is_list = |t: &Ty| matches!(t, Ty::List { .. });
+    if let Some(found) = authz_function(name, &operands) {
+        return found;
+    }
     let string_fn = |result: Ty| -> Result<(u64, Ty), String> {
         if !first.is(is_string) {
             return Err(no_overload(name, &first));
@@ -533,4 +543,40 @@ fn function(name: &str, target: Option<&Ty>, args: &[Ty]) -> Result<(u64, Ty), S
         "or" => (0, first),
         other => return Err(undeclared(other)),
     })
+}
+
+/// The authorizer library's member functions: their cost and result on a stage, an error on a
+/// stage without them or with arguments that are not strings; `None` for other functions.
+fn authz_function(name: &str, operands: &[&Ty]) -> Option<Result<(u64, Ty), String>> {
+    let first = operands.first()?;
+    let args = &operands[1..];
+    let stage = match first {
+        Ty::Authz(stage) => *stage,
+        // A value of unknown type (a policy variable holding a check) may be a stage.
+        Ty::Dyn if authz::FUNCTIONS.contains(&name) => {
+            let cost = if name == "check" {
+                authz::CHECK_COST
+            } else {
+                1
+            };
+            return Some(Ok((cost, Ty::Dyn)));
+        }
+        _ => return None,
+    };
+    let Some((arity, result, cost)) = stage.call(name) else {
+        return Some(Err(no_overload(name, first)));
+    };
+    if args.len() != arity
+        || !args
+            .iter()
+            .all(|a| a.is(|t| matches!(t, Ty::String { .. })))
+    {
+        return Some(Err(no_overload(name, first)));
+    }
+    let ty = match result {
+        authz::Result::Stage(next) => Ty::Authz(next),
+        authz::Result::Bool => Ty::Bool,
+        authz::Result::String => Ty::string(None),
+    };
+    Some(Ok((cost, ty)))
 }

@@ -5,7 +5,9 @@
 //! - `check`: the static pass (undeclared variables and unknown functions, fields the schema
 //!   does not declare, constructs the interpreter cannot run) and the cost estimate;
 //! - `value`: JSON values typed by the schema, as CEL values, and back for messages;
-//! - `ext`: kube-apiserver's string and list library functions on top of the standard ones.
+//! - `ext`: kube-apiserver's string and list library functions on top of the standard ones;
+//! - `authz`: kube-apiserver's authorizer library (the `authorizer` variable of admission
+//!   expressions), whose checks a caller answers.
 //!
 //! **The interpreter** is the `cel` crate of the cel-rust project (MIT, maintained by the
 //! project's authors, a parser generated with antlr4rust and no other heavy dependency); it
@@ -30,6 +32,7 @@
 //! evaluation is run under `catch_unwind`, so one that slips through is an evaluation error,
 //! not a crashed request.
 
+pub mod authz;
 mod check;
 mod ext;
 mod value;
@@ -110,6 +113,7 @@ impl Default for Runtime {
     fn default() -> Self {
         let mut root = ::cel::Context::default();
         ext::register(&mut root);
+        authz::register(&mut root);
         Runtime { root }
     }
 }

@@ -57,6 +57,9 @@ impl Ty {
     /// elements take the largest sizes any of them has, a map with string keys is an object
     /// with exactly its keys.
     pub fn of_value(value: &Value) -> Ty {
+        if let Some(stage) = super::authz::stage_of(value) {
+            return Ty::Authz(stage);
+        }
         match value {
             Value::Null => Ty::Null,
             Value::Bool(_) => Ty::Bool,

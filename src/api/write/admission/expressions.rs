@@ -4,8 +4,9 @@
 //!
 //! The variables are kube-apiserver's: `object` and `oldObject` (null on a deletion and on a
 //! create), `request` (the AdmissionRequest without the objects), and for policies `params`,
-//! `namespaceObject` and `variables`. `authorizer` is not offered: an expression naming it does
-//! not compile here (kube-apiserver would ask the authorizer from inside the expression).
+//! `namespaceObject` and `variables`; and `authorizer` (with `authorizer.requestResource`),
+//! kube-apiserver's authorizer library (`cel::authz`), whose checks [`RequestAuthorizer`]
+//! answers with the server's authorizer for the user who sent the write.
 //!
 //! **Cost.** These expressions see objects no schema bounds, so the static estimate the CEL
 //! engine makes for `x-kubernetes-validations` would refuse ordinary policies. Instead, every
@@ -21,6 +22,11 @@ use serde_json::{json, Value};
 
 use crate::api::request::ApiRequest;
 use crate::api::status::Cause;
+use crate::api::validation::{is_dns1123_label, is_dns1123_subdomain};
+use crate::auth::attributes::RequestInfo;
+use crate::auth::rbac::{Authorizer, Decision as AuthzDecision};
+use crate::auth::user::{service_account_user, UserInfo};
+use crate::cel::authz::{self, Authorize, Query, Target, Verdict};
 use crate::cel::{self, Program, Runtime, Ty, Value as CelValue};
 
 /// kube-apiserver's limit of matchConditions per webhook or policy.
@@ -42,10 +48,12 @@ pub enum Returns {
 
 /// The variables of a webhook's matchConditions.
 pub fn webhook_env() -> Vec<(String, Ty)> {
-    ["object", "oldObject", "request"]
+    let mut env: Vec<(String, Ty)> = ["object", "oldObject", "request"]
         .into_iter()
         .map(|n| (n.to_string(), Ty::Dyn))
-        .collect()
+        .collect();
+    env.push(("authorizer".into(), Ty::Authz(authz::Stage::Authorizer)));
+    env
 }
 
 /// The variables of a policy's expressions; `variables` names the policy's own variables (an
@@ -204,6 +212,24 @@ impl Activation {
         self.set_value(name, cel::from_json(value, &Ty::Dyn));
     }
 
+    /// Sets `authorizer`: checks answered for the user who sent `req`, its `requestResource`
+    /// the resource `req` writes (`name` and `namespace` of the object written).
+    pub fn set_authorizer(&mut self, req: &ApiRequest, name: &str, namespace: &str) {
+        let info = req.info();
+        let request = authz::Resource {
+            group: info.group.to_string(),
+            resource: info.plural.to_string(),
+            subresource: req.target.subresource.clone().unwrap_or_default(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        let answer = Arc::new(RequestAuthorizer {
+            authorizer: req.ctx.authorizer.clone(),
+            user: req.user.clone(),
+        });
+        self.set_value("authorizer", authz::variable(answer, request));
+    }
+
     /// Sets (or replaces) the variable `name` to a CEL value.
     pub fn set_value(&mut self, name: &str, value: CelValue) {
         let ty = Ty::of_value(&value);
@@ -274,6 +300,85 @@ impl Activation {
             None => Decision::Match,
             Some((condition, error)) => Decision::Error { condition, error },
         }
+    }
+}
+
+/// The `authorizer` library's checks, answered by the server's authorizer for one user (or,
+/// after `serviceAccount(ns, name)`, for that service account, with the groups a service
+/// account's token gives it).
+pub struct RequestAuthorizer {
+    pub authorizer: Arc<Authorizer>,
+    pub user: UserInfo,
+}
+
+impl Authorize for RequestAuthorizer {
+    fn authorize(&self, query: &Query) -> Verdict {
+        let account;
+        let user = match &query.service_account {
+            None => &self.user,
+            Some((namespace, name)) => {
+                let groups = [
+                    "system:serviceaccounts".to_string(),
+                    format!("system:serviceaccounts:{namespace}"),
+                ];
+                account = UserInfo {
+                    name: service_account_user(namespace, name),
+                    groups: groups.to_vec(),
+                    ..UserInfo::default()
+                };
+                &account
+            }
+        };
+        let info = match &query.target {
+            Target::Path(path) => RequestInfo {
+                resource_request: false,
+                path: if path.starts_with('/') {
+                    path.clone()
+                } else {
+                    format!("/{path}")
+                },
+                verb: query.verb.clone(),
+                ..RequestInfo::default()
+            },
+            Target::Resource(r) => RequestInfo {
+                resource_request: true,
+                verb: query.verb.clone(),
+                api_prefix: if r.group.is_empty() { "api" } else { "apis" }.into(),
+                api_group: r.group.clone(),
+                api_version: "*".into(),
+                namespace: r.namespace.clone(),
+                resource: r.resource.clone(),
+                subresource: r.subresource.clone(),
+                name: r.name.clone(),
+                ..RequestInfo::default()
+            },
+        };
+        match self.authorizer.authorize(user, &info) {
+            AuthzDecision::Allow(reason) => Verdict {
+                allowed: true,
+                reason,
+                error: String::new(),
+            },
+            AuthzDecision::Deny(reason) => Verdict {
+                allowed: false,
+                reason,
+                error: String::new(),
+            },
+        }
+    }
+
+    fn invalid_service_account(&self, namespace: &str, name: &str) -> Option<String> {
+        if !is_dns1123_label(namespace) {
+            return Some(format!(
+                "serviceAccount: namespace {namespace:?} is not a valid DNS label"
+            ));
+        }
+        if !is_dns1123_subdomain(name) {
+            return Some(format!(
+                "serviceAccount: name {name:?} is not a valid DNS subdomain"
+            ));
+        }
+        None
     }
 }
 

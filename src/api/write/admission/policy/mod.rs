@@ -229,6 +229,7 @@ pub fn validate(
     }
     let request_value = expressions::request_value(req, op.as_str(), name, namespace);
     let mut activation = Activation::new(&request_value, object, old);
+    activation.set_authorizer(req, name, namespace);
     activation.set(
         "namespaceObject",
         &namespace_object.map_or(Value::Null, |ns| ns.value()),

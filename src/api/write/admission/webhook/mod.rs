@@ -281,7 +281,9 @@ fn conditions_allow(
     }
     let (name, namespace) = super::target_of(req, object.or(old));
     let request = expressions::request_value(req, op.as_str(), name, namespace);
-    match Activation::new(&request, object, old).conditions(&hook.conditions) {
+    let mut activation = Activation::new(&request, object, old);
+    activation.set_authorizer(req, name, namespace);
+    match activation.conditions(&hook.conditions) {
         Decision::Match => Ok(true),
         Decision::NoMatch { .. } => Ok(false),
         Decision::Error { condition, error } if hook.ignore_failures => {
