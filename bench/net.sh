@@ -35,11 +35,11 @@ fi
 # ClusterIP against the pod's own address: tests/agent_proxy.rs's ignored
 # cluster_ip_latency_against_the_pod_address (requests from one pod to another, alternated
 # between the two addresses, on new connections and on kept ones, three rounds of
-# LITEK8S_LATENCY_N each). The build profile does not matter to it (Python client and
+# LITEK8S_LATENCY_N each, client and server on one CPU). The build profile does not matter to it (Python client and
 # server, the kernel's rules); LATENCY_ONLY=1 skips the sync runs.
 lat=$(mktemp)
 trap 'rm -f "$out" "$lat"' EXIT
-LITEK8S_LATENCY_N=${LITEK8S_LATENCY_N:-2000} cargo test "${flag[@]}" -q --test agent_proxy \
+LITEK8S_LATENCY_N=${LITEK8S_LATENCY_N:-10000} cargo test "${flag[@]}" -q --test agent_proxy \
     cluster_ip_latency_against_the_pod_address -- --ignored --nocapture 2>&1 | grep '^latency round' >"$lat" || true
 pick() { # round, mode, target, p50|p99
     awk -v r="$1" -v m="$2" -v t="$3" -v f="$4" '$3 == r && $4 == m && $5 == t { for (i = 6; i <= NF; i++) if ($i == f) print $(i + 1) }' "$lat"

@@ -661,6 +661,9 @@ fn a_service_with_every_port_is_bounded() {
     );
 }
 
+/// The CPU the latency client and server run on (`taskset`).
+const LATENCY_CPU: usize = 1;
+
 /// A plain TCP server answering each connection with a fixed HTTP response (no fork per
 /// connection, unlike busybox httpd, so the network path is a visible part of the time).
 const LATENCY_SERVER: &str = r#"
@@ -716,7 +719,7 @@ for r in range(3):
                 lat[name].append(fresh(addr) if mode == "new" else reused(name, addr))
         for name, _ in targets:
             v = sorted(lat[name])
-            print(f"round {r} {mode} {name} p50 {v[n // 2] * 1e6:.0f} us p99 {v[int(n * 0.99)] * 1e6:.0f} us", flush=True)
+            print(f"round {r} {mode} {name} p50 {v[n // 2] * 1e6:.1f} us p99 {v[int(n * 0.99)] * 1e6:.1f} us", flush=True)
 "#;
 
 /// The cost of the Service rules on a request from a pod to another pod's address and to a
@@ -731,8 +734,16 @@ fn cluster_ip_latency_against_the_pod_address() {
     }
     let lab = Lab::new("l", 2);
     lab.wait_for_pods(2);
-    let mut server = Command::new("ip")
+    // Client and server share one CPU: every request then costs the same two task switches
+    // on either path, instead of depending on where the scheduler put each connection's
+    // server thread (on two CPUs the per-round medians of kept connections flipped between
+    // the two addresses by tens of microseconds).
+    let cpu = LATENCY_CPU.to_string();
+    let mut server = Command::new("taskset")
         .args([
+            "-c",
+            &cpu,
+            "ip",
             "netns",
             "exec",
             &lab.name("p1"),
@@ -795,8 +806,11 @@ fn cluster_ip_latency_against_the_pod_address() {
     let n = std::env::var("LITEK8S_LATENCY_N")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(2000);
+        .unwrap_or(10_000);
     let out = must(&[
+        "taskset",
+        "-c",
+        &cpu,
         "ip",
         "netns",
         "exec",
