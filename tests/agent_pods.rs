@@ -808,6 +808,20 @@ async fn volumes_environment_and_probes_on_a_running_pod() {
         .await
         .expect("POST");
     assert_eq!(resp.status, 201, "{}", resp.text());
+    // A Service of the pod's namespace: its variables reach the containers (kubelet's
+    // `enableServiceLinks`), as do the API server's `KUBERNETES_SERVICE_*`.
+    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web-front"},
+        "spec": {"ports": [{"name": "http", "port": 80}, {"name": "metrics", "port": 9100}]}});
+    let resp = node
+        .api
+        .post_json("/api/v1/namespaces/default/services", &service)
+        .await
+        .expect("POST");
+    assert_eq!(resp.status, 201, "{}", resp.text());
+    let web_ip = resp.json()["spec"]["clusterIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     node.create(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "parts"},
         "spec": {
@@ -823,7 +837,10 @@ async fn volumes_environment_and_probes_on_a_running_pod() {
                 // What in-cluster clients read: the service account token, CA and namespace
                 // of the kube-api-access volume the admission added.
                 {"name": "account", "image": IMAGE,
-                 "command": ["sh", "-c", "cd /var/run/secrets/kubernetes.io/serviceaccount && test -s ca.crt && echo -n \"$(cat namespace) $(cat token)\" > /dev/termination-log"]}],
+                 "command": ["sh", "-c", "cd /var/run/secrets/kubernetes.io/serviceaccount && test -s ca.crt && echo -n \"$(cat namespace) $(cat token)\" > /dev/termination-log"]},
+                // ... and the API server's address from the Service variables.
+                {"name": "services", "image": IMAGE,
+                 "command": ["sh", "-c", "echo -n \"$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT $WEB_FRONT_SERVICE_PORT_METRICS $WEB_FRONT_PORT_80_TCP_ADDR $WEB_FRONT_PORT\" > /dev/termination-log"]}],
             "containers": [
                 // Ready once the mounted ConfigMap says "world".
                 {"name": "app", "image": IMAGE,
@@ -846,6 +863,22 @@ async fn volumes_environment_and_probes_on_a_running_pod() {
         .await;
     let env = &container(&pod, "env")["state"]["terminated"];
     assert_eq!(env["message"], "hello from parts", "{env}");
+    let kubernetes = node
+        .api
+        .get("/api/v1/namespaces/default/services/kubernetes")
+        .await
+        .expect("GET the kubernetes Service");
+    assert_eq!(kubernetes.status, 200, "{}", kubernetes.text());
+    let api_ip = kubernetes.json()["spec"]["clusterIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let services = &container(&pod, "services")["state"]["terminated"];
+    assert_eq!(
+        services["message"],
+        format!("{api_ip}:443 9100 {web_ip} tcp://{web_ip}:80"),
+        "{services}"
+    );
 
     // The pod's token is a real one: the API server knows it as the pod's service account.
     let account = container(&pod, "account")["state"]["terminated"]["message"]

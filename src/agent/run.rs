@@ -117,6 +117,14 @@ async fn detect_runtime(choice: RuntimeChoice) -> Result<runtime::RuntimeInfo, S
     }
 }
 
+/// What the pod workers share with the rest of the agent.
+struct PodsShared {
+    /// The pods running, for the node's status and sd_notify.
+    counts: PodCounts,
+    /// The Services the proxy follows, for the containers' Service variables.
+    services: Arc<super::proxy::informer::Shared>,
+}
+
 /// Everything that runs pods, started in order (module doc).
 async fn start_pods(
     settings: &AgentSettings,
@@ -124,7 +132,7 @@ async fn start_pods(
     info: runtime::RuntimeInfo,
     state: &NodeState,
     machine: &Machine,
-    counts: PodCounts,
+    shared: PodsShared,
     stop: &CancellationToken,
 ) -> Result<(Arc<Runtime>, Arc<Sandboxes>), String> {
     let runtime = Runtime::new(
@@ -203,9 +211,10 @@ async fn start_pods(
             runtime: runtime.clone(),
             images,
             sandboxes: sandboxes.clone(),
+            services: shared.services,
             settings: pods_settings,
         },
-        counts,
+        shared.counts,
         stop.clone(),
     );
     Ok((runtime, sandboxes))
@@ -491,6 +500,9 @@ pub async fn run_until(
         .run(state.uid.subscribe(), heartbeat, stop.clone()),
     );
     tasks.spawn(reporter.run(registered, stop.clone()));
+    // The Services, followed once: for the proxy's rules and the containers' Service
+    // variables.
+    let services = Arc::new(super::proxy::informer::Shared::default());
     if settings.proxy {
         tasks.spawn(super::proxy::run(
             api.clone(),
@@ -503,8 +515,11 @@ pub async fn run_until(
                     std::net::IpAddr::V6(_) => None,
                 },
             ),
+            services.clone(),
             stop.clone(),
         ));
+    } else {
+        super::proxy::follow_services(api.clone(), services.clone(), stop.clone());
     }
     if settings.network_policy {
         tasks.spawn(super::netpol::run(
@@ -524,8 +539,22 @@ pub async fn run_until(
             stop.clone(),
         );
         let problem = runtime_problem.clone();
+        let services = services.clone();
         tokio::spawn(async move {
-            match start_pods(&settings, &api, info, &state, &pods_machine, counts2, &stop).await {
+            let started = start_pods(
+                &settings,
+                &api,
+                info,
+                &state,
+                &pods_machine,
+                PodsShared {
+                    counts: counts2,
+                    services,
+                },
+                &stop,
+            )
+            .await;
+            match started {
                 // The tunnel serves logs, exec and port-forward of the pods run here.
                 Ok((runtime, sandboxes)) => {
                     // Each running container's log kept within its size and count.

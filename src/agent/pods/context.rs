@@ -11,6 +11,7 @@ use super::plug::Probes;
 use super::PodWaker;
 use crate::agent::api::ApiClient;
 use crate::agent::images::Images;
+use crate::agent::proxy::informer::Shared as ServiceInformer;
 use crate::agent::runtime::Runtime;
 use crate::agent::sandbox::Sandboxes;
 
@@ -56,6 +57,8 @@ pub struct PodsContext {
     pub runtime: Arc<Runtime>,
     pub images: Arc<Images>,
     pub sandboxes: Arc<Sandboxes>,
+    /// The Services (from the proxy's informer), for the containers' Service variables.
+    pub services: Arc<ServiceInformer>,
     pub objects: Objects,
     pub probes: Probes,
     pub waker: PodWaker,

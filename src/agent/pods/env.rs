@@ -12,9 +12,8 @@
 //! 2. `env`, in order: `value` with `$(VAR)` expanded against what is defined so far (and the
 //!    service variables), or `valueFrom` (`fieldRef`, `resourceFieldRef`,
 //!    `configMapKeyRef`, `secretKeyRef`); a missing optional key leaves the variable out.
-//! 3. The Service variables (`enableServiceLinks`) not already defined. Computing them is the
-//!    cluster networking's work: [`EnvContext::service_env`] is where it plugs in; until it
-//!    does, `None` adds nothing.
+//! 3. The Service variables (`KUBERNETES_SERVICE_HOST`…, and the namespace's Services with
+//!    `enableServiceLinks`: `super::service_env`) not already defined.
 //!
 //! The result keeps the order in which names were first defined (kubelet's comes from a Go
 //! map, in random order); the runtime lets later entries win, so the image's environment goes
@@ -64,8 +63,8 @@ pub struct EnvContext<'a> {
     pub host_ips: &'a [IpAddr],
     pub allocatable: NodeAllocatable,
     /// The Service environment variables (`FOO_SERVICE_HOST`, …) when the pod has
-    /// `enableServiceLinks` (and `KUBERNETES_SERVICE_*` always): the networking work
-    /// computes them. `None` until then.
+    /// `enableServiceLinks` (and `KUBERNETES_SERVICE_*` always), `super::service_env`'s;
+    /// `None` adds none.
     pub service_env: Option<&'a BTreeMap<String, String>>,
 }
 

@@ -16,8 +16,8 @@
 //!   container's runtime description from its spec and image.
 //! - [`objects`]: the ConfigMaps and Secrets pods use, watched while they are used.
 //! - [`plug`]: where volumes, environment sources, probes and exec hooks plug in.
-//! - [`env`]: a container's environment; [`volumes`]: the pod's volumes; [`probes`]:
-//!   startup, liveness and readiness probes.
+//! - [`env`]: a container's environment, with [`service_env`] the Service variables;
+//!   [`volumes`]: the pod's volumes; [`probes`]: startup, liveness and readiness probes.
 //! - [`context`]: what the workers share.
 //!
 //! Behaviour for users (phases, reasons, restarts, deletion): docs/agent.md, "Pods".
@@ -32,6 +32,7 @@ pub mod objects;
 pub mod plug;
 pub mod pod;
 pub mod probes;
+pub mod service_env;
 pub mod source;
 pub mod status;
 mod sync;
@@ -51,6 +52,7 @@ pub use status::Phase;
 
 use crate::agent::api::ApiClient;
 use crate::agent::images::Images;
+use crate::agent::proxy::informer::Shared as ServiceInformer;
 use crate::agent::runtime::{pleg, Runtime};
 use crate::agent::sandbox::Sandboxes;
 
@@ -134,6 +136,8 @@ pub struct PodsDeps {
     pub runtime: Arc<Runtime>,
     pub images: Arc<Images>,
     pub sandboxes: Arc<Sandboxes>,
+    /// The Services the proxy's informer follows (the containers' Service variables).
+    pub services: Arc<ServiceInformer>,
     pub settings: PodsSettings,
 }
 
@@ -153,6 +157,7 @@ pub fn start(deps: PodsDeps, counts: PodCounts, stop: CancellationToken) {
         runtime: deps.runtime,
         images: deps.images,
         sandboxes: deps.sandboxes,
+        services: deps.services,
         objects,
         waker,
     });

@@ -23,8 +23,13 @@ use super::env::{self, EnvContext, EnvVar};
 use super::objects::{ObjectKey, ObjectKind, Objects};
 use super::pod::{ContainerSpec, Pod};
 use super::probes::{self, ContainerProbes, ProbeKind, ProbeResult, ProbeTarget, ProbeUpdate};
+use super::service_env;
 use super::volumes::{self, ObjectSource, PodVolumes, TokenRequest, VolumeSettings};
+use crate::agent::proxy::informer::Kind as ServiceKind;
 use crate::agent::runtime::{Runtime, VolumeMount};
+
+/// How long a container's start waits for the agent's first list of the Services.
+const SERVICES_WAIT: Duration = Duration::from_secs(10);
 
 impl ObjectSource for Objects {
     async fn config_map(
@@ -130,12 +135,30 @@ pub async fn resolve_env(
         return Ok(Vec::new());
     };
     let host_ips = [ctx.settings.node_ip];
+    // kubelet refuses to make a container's environment before it has read the Services
+    // once (the variables would be missing for good); the worker retries.
+    if !ctx
+        .services
+        .listed_within(ServiceKind::Services, SERVICES_WAIT)
+        .await
+    {
+        return Err(
+            "services have not yet been read at least once, cannot construct envvars".into(),
+        );
+    }
+    let links = pod.raw["spec"]["enableServiceLinks"]
+        .as_bool()
+        .unwrap_or(true);
+    let service_env = {
+        let snapshot = ctx.services.snapshot.lock();
+        service_env::variables(snapshot.services.values(), &pod.namespace, links)
+    };
     let env_ctx = EnvContext {
         pod: &pod.raw,
         pod_ips,
         host_ips: &host_ips,
         allocatable: ctx.settings.allocatable,
-        service_env: None,
+        service_env: Some(&service_env),
     };
     let built = env::build(&env_ctx, raw, &ctx.objects)
         .await

@@ -115,6 +115,14 @@ impl Shared {
         }
     }
 
+    /// Waits until `kind` has been listed, for at most `limit`; whether it has.
+    pub async fn listed_within(&self, kind: Kind, limit: std::time::Duration) -> bool {
+        let mut listed = self.listed.subscribe();
+        tokio::time::timeout(limit, listed.wait_for(|bits| bits & kind.bit() != 0))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
     /// Replaces the objects of `kind` with `items` (a list).
     pub fn listed(&self, kind: Kind, items: &[Value]) {
         let mut warnings = Vec::new();

@@ -52,10 +52,15 @@ pub(crate) fn prepare_kernel() {
     }
 }
 
-/// Runs the proxy until `stop`: informers, then (once every kind is listed) the sync loop.
-pub async fn run(api: ApiClient, settings: SyncSettings, stop: CancellationToken) {
+/// Runs the proxy until `stop`: informers into `shared`, then (once every kind is listed) the
+/// sync loop. The pods read the Services of `shared` too (their Service variables).
+pub async fn run(
+    api: ApiClient,
+    settings: SyncSettings,
+    shared: Arc<informer::Shared>,
+    stop: CancellationToken,
+) {
     prepare_kernel();
-    let shared = Arc::new(informer::Shared::default());
     for kind in informer::Kind::ALL {
         tokio::spawn(informer::run(
             api.clone(),
@@ -74,6 +79,12 @@ pub async fn run(api: ApiClient, settings: SyncSettings, stop: CancellationToken
         routes::ROUTE_PROTOCOL
     );
     Syncer::new(Tools::host(), settings).run(shared, stop).await;
+}
+
+/// Follows only the Services into `shared`, for the pods' Service variables when the proxy
+/// is turned off.
+pub fn follow_services(api: ApiClient, shared: Arc<informer::Shared>, stop: CancellationToken) {
+    tokio::spawn(informer::run(api, informer::Kind::Services, shared, stop));
 }
 
 /// Removes the agent's table and routes (`litek8s agent --cleanup`); what was removed.
