@@ -10,6 +10,9 @@
 //!   through the proxy, which states the caller (impersonated too) in `X-Remote-User` and
 //!   `X-Remote-Group`, drops the caller's Authorization and presents the `front-proxy-client`
 //!   certificate;
+//! - a watch through the proxy streams: events arrive while the aggregated server holds the
+//!   watch open, the caller leaving closes it at the aggregated server, and the aggregated
+//!   server ending it ends it for the caller;
 //! - `kubectl get apiservices` prints kube's columns;
 //! - with the test server stopped, `Available` turns False (`FailedDiscoveryCheck`) and
 //!   requests get a 503 naming the APIService;
@@ -22,7 +25,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::aggregated::{Aggregated, GROUP, SERVICE_NAME, SERVICE_NAMESPACE, VERSION};
+use support::aggregated::{
+    Aggregated, ProxiedWatch, GROUP, SERVICE_NAME, SERVICE_NAMESPACE, VERSION, WATCH_EVENTS,
+};
 use support::kubectl::{ok, run as kubectl, stderr, stdout};
 use support::{runtime, Api, Server};
 
@@ -31,6 +36,8 @@ const KUBECTLS: [&str; 2] = [
     "/usr/lib/google-cloud-sdk/bin/kubectl.1.33",
 ];
 const APISERVICES: &str = "/apis/apiregistration.k8s.io/v1/apiservices";
+/// Hang guard of each step of a watch.
+const WATCH_GUARD: Duration = Duration::from_secs(10);
 
 fn post(server: &Server, path: &str, object: &Value) -> (u16, Value) {
     let resp = runtime()
@@ -238,6 +245,34 @@ fn an_aggregated_api_server_is_served_through_its_service() {
         ["system:masters", "system:authenticated"],
         "{alice:?}"
     );
+
+    // A watch streams through the proxy: its events come while the aggregated server holds
+    // it open; the caller leaving ends it at the aggregated server too; the aggregated server
+    // ending it (timeoutSeconds) ends it for the caller.
+    runtime().block_on(async {
+        let api = server.api();
+        let mut watch = ProxiedWatch::open(&api, "default", "").await;
+        assert_eq!(watch.status, 200);
+        for expected in WATCH_EVENTS {
+            let (kind, object) = watch.next(WATCH_GUARD).await.expect("an event");
+            assert_eq!(kind, expected, "{object}");
+            assert_eq!(object["metadata"]["name"], "first", "{object}");
+        }
+        assert_eq!(aggregated.watching(), 1);
+        drop(watch);
+        wait_async(
+            WATCH_GUARD,
+            "the watch closed at the aggregated server",
+            || async { (aggregated.watching() == 0).then_some(()) },
+        )
+        .await;
+        let mut bounded = ProxiedWatch::open(&api, "default", "&timeoutSeconds=1").await;
+        for expected in WATCH_EVENTS {
+            let (kind, _) = bounded.next(WATCH_GUARD).await.expect("an event");
+            assert_eq!(kind, expected);
+        }
+        assert!(bounded.next(WATCH_GUARD).await.is_none(), "the watch ends");
+    });
 
     // Stopped: the next check fails, and requests are refused with 503 naming the APIService.
     aggregated.stop();

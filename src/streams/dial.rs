@@ -1,6 +1,5 @@
-//! A byte stream to a Service's port from any server, and HTTPS over it: how the API server
-//! reaches what runs behind a Service (admission webhooks by Service reference, aggregated API
-//! servers).
+//! A byte stream to a Service's port from any server: how the API server reaches what runs
+//! behind a Service (admission webhooks by Service reference, aggregated API servers).
 //!
 //! [`dial`] resolves `namespace/name:port` to the Service's ready endpoints (its
 //! EndpointSlices, or its Endpoints object when it has no slices, as for a Service whose
@@ -13,22 +12,16 @@
 //! - an endpoint that is only an address (no pod) is dialled directly from this server, as
 //!   kube-apiserver dials every endpoint.
 //!
-//! [`ServiceHttp`] runs rustls (pinned to the caller's CA bundle, server name
-//! `<name>.<namespace>.svc`, as kube-apiserver checks it) and hyper's HTTP/1.1 client on such
-//! a stream, keeping a few idle connections per target so a call does not pay a TLS
-//! handshake each time.
+//! HTTPS over such a stream is `streams::service_http`.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -36,15 +29,10 @@ use tokio::net::TcpStream;
 use super::route::{self, Route, RELAYED};
 use super::{channel_body, POD_UID_HEADER};
 use crate::api::{ApiBody, ApiContext, UserInfo};
-use crate::http_client::{Limits, TlsConfig};
 use crate::kube::object::ObjectKey;
 
 /// Connecting to one endpoint, TCP or through a tunnel, gives up after this.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Idle connections kept per target.
-const IDLE_PER_TARGET: usize = 8;
-/// An idle connection older than this is closed rather than reused (the peer may have).
-const IDLE_FOR: Duration = Duration::from_secs(60);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The protocol of the upgrade a server asks another for a stream to a pod's port.
 const RAW_UPGRADE: &str = "x-litek8s-pod-port";
 
@@ -433,154 +421,8 @@ pub async fn serve_relayed<B: Send + 'static>(
     Ok(resp)
 }
 
-/// Where HTTPS requests go: a Service's port, verified as `<name>.<namespace>.svc` with
-/// `tls`. `key` names the TLS configuration (its CA bundle, client certificate) so
-/// connections made with one are never reused with another.
-#[derive(Clone)]
-pub struct ServiceTarget {
-    pub namespace: String,
-    pub name: String,
-    pub port: u16,
-    pub tls: TlsConfig,
-    pub key: String,
-}
-
-impl ServiceTarget {
-    /// The server name the endpoint's certificate must carry.
-    pub fn server_name(&self) -> String {
-        format!("{}.{}.svc", self.name, self.namespace)
-    }
-
-    fn pool_key(&self) -> String {
-        format!(
-            "{}/{}:{}#{}",
-            self.namespace, self.name, self.port, self.key
-        )
-    }
-}
-
-/// Why an HTTPS request to a Service got no answer.
-#[derive(Debug, thiserror::Error)]
-pub enum ServiceHttpError {
-    #[error("{0}")]
-    Dial(#[from] DialError),
-    #[error("TLS handshake with {server}: {reason}")]
-    Tls { server: String, reason: String },
-    #[error("{0}")]
-    Http(String),
-    #[error("no answer in {}ms", .0.as_millis())]
-    Timeout(Duration),
-    #[error("answer longer than {0} bytes")]
-    TooLarge(usize),
-}
-
-type Sender = SendRequest<ApiBody>;
-
-/// Kept HTTP/1.1 connections to Services, a few idle ones per target.
-#[derive(Default)]
-pub struct ServiceHttp {
-    idle: Mutex<HashMap<String, Vec<(Sender, std::time::Instant)>>>,
-}
-
-impl ServiceHttp {
-    /// An idle connection to `target`, or a new one.
-    async fn sender(
-        &self,
-        ctx: &ApiContext,
-        target: &ServiceTarget,
-    ) -> Result<Sender, ServiceHttpError> {
-        let key = target.pool_key();
-        loop {
-            let kept = self.idle.lock().get_mut(&key).and_then(Vec::pop);
-            let Some((sender, since)) = kept else { break };
-            if since.elapsed() < IDLE_FOR && !sender.is_closed() && sender.is_ready() {
-                return Ok(sender);
-            }
-        }
-        let io = dial(ctx, &target.namespace, &target.name, target.port).await?;
-        let server = target.server_name();
-        let tls_error = |reason: String| ServiceHttpError::Tls {
-            server: server.clone(),
-            reason,
-        };
-        let name = rustls::pki_types::ServerName::try_from(server.clone())
-            .map_err(|e| tls_error(e.to_string()))?;
-        let tls = tokio::time::timeout(CONNECT_TIMEOUT, target.tls.connector().connect(name, io))
-            .await
-            .map_err(|_| tls_error("timed out".into()))?
-            .map_err(|e| tls_error(e.to_string()))?;
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| ServiceHttpError::Http(e.to_string()))?;
-        tokio::spawn(async move {
-            let _ = connection.with_upgrades().await;
-        });
-        Ok(sender)
-    }
-
-    fn keep(&self, target: &ServiceTarget, sender: Sender) {
-        if sender.is_closed() {
-            return;
-        }
-        let mut idle = self.idle.lock();
-        let list = idle.entry(target.pool_key()).or_default();
-        if list.len() < IDLE_PER_TARGET {
-            list.push((sender, std::time::Instant::now()));
-        }
-    }
-
-    /// Sends `request` (its URI a path) to `target` and returns the whole answer within
-    /// `limits`; the connection is kept for the next request.
-    pub async fn send(
-        &self,
-        ctx: &ApiContext,
-        target: &ServiceTarget,
-        request: Request<Full<Bytes>>,
-        limits: Limits,
-    ) -> Result<Response<Bytes>, ServiceHttpError> {
-        let (parts, body) = request.into_parts();
-        let mut request = Request::from_parts(parts, body.map_err(|e| match e {}).boxed());
-        set_host(target, &mut request);
-        let exchange = async {
-            let mut sender = self.sender(ctx, target).await?;
-            let answer = sender
-                .send_request(request)
-                .await
-                .map_err(|e| ServiceHttpError::Http(e.to_string()))?;
-            let (parts, body) = answer.into_parts();
-            let body = Limited::new(body, limits.max_body)
-                .collect()
-                .await
-                .map_err(|e| {
-                    if e.is::<http_body_util::LengthLimitError>() {
-                        ServiceHttpError::TooLarge(limits.max_body)
-                    } else {
-                        ServiceHttpError::Http(e.to_string())
-                    }
-                })?
-                .to_bytes();
-            self.keep(target, sender);
-            Ok(Response::from_parts(parts, body))
-        };
-        tokio::time::timeout(limits.timeout, exchange)
-            .await
-            .map_err(|_| ServiceHttpError::Timeout(limits.timeout))?
-    }
-}
-
-fn set_host<B>(target: &ServiceTarget, request: &mut Request<B>) {
-    let host = if target.port == 443 {
-        target.server_name()
-    } else {
-        format!("{}:{}", target.server_name(), target.port)
-    };
-    if let Ok(v) = HeaderValue::from_str(&host) {
-        request.headers_mut().insert(header::HOST, v);
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::sync::Arc;
 
     use super::*;
@@ -598,7 +440,8 @@ mod tests {
         }
     }
 
-    fn ctx(objects: &[(&str, &str, Value)]) -> ApiContext {
+    /// A context whose store holds `objects` (resource, name, body) in namespace `ns`.
+    pub(in crate::streams) fn ctx(objects: &[(&str, &str, Value)]) -> ApiContext {
         let store = Arc::new(Store::new(StoreConfig::default()));
         for (resource, name, body) in objects {
             let mut body = body.clone();
@@ -625,7 +468,7 @@ mod tests {
         )
     }
 
-    fn service(ports: Value) -> Value {
+    pub(in crate::streams) fn service(ports: Value) -> Value {
         json!({"spec": {"ports": ports}})
     }
 

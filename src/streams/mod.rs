@@ -25,8 +25,8 @@
 //!   HTTP requests passed to the agent of the pod's node, which dials its own pods.
 //! - `dial`: a byte stream to a Service's port for the server's own use (webhooks and
 //!   aggregated API servers by Service reference), to a pod through its node's tunnel (relayed
-//!   as an upgrade of a `pods/portforward` request between servers) or to a plain address, and
-//!   HTTPS with kept connections over it.
+//!   as an upgrade of a `pods/portforward` request between servers) or to a plain address;
+//!   `service_http`: HTTPS with kept connections over it, answers read whole or streamed.
 //!
 //! Every request is authorized by `api::router` before it gets here (`get pods/log`, `create`
 //! or `get pods/exec`, `create pods/portforward`, `get pods/proxy`…), like any other request.
@@ -39,6 +39,7 @@ pub(crate) mod portforward;
 pub(crate) mod proxy;
 pub(crate) mod relay;
 pub(crate) mod route;
+pub(crate) mod service_http;
 pub(crate) mod spdy;
 pub(crate) mod tunnel;
 pub(crate) mod upgrade;

@@ -34,6 +34,7 @@ pub mod aggregated;
 pub mod images;
 pub mod kubectl;
 mod ports;
+pub mod serving_tls;
 pub mod webhook;
 pub use ports::free_port;
 

@@ -1,5 +1,8 @@
-//! A small HTTPS admission webhook for the tests, outside any pod: a certificate for
-//! 127.0.0.1 and [`SERVICE_NAME`]`.`[`SERVICE_NAMESPACE`]`.svc` from a CA of its own (rcgen), HTTP/1.1 and h2, and one behaviour per path:
+//! A small HTTPS admission webhook for the tests: a certificate for 127.0.0.1 and
+//! [`SERVICE_NAME`]`.`[`SERVICE_NAMESPACE`]`.svc` from a CA of its own ([`certs`]), HTTP/1.1
+//! and h2. [`Webhook::start`] runs it in the test's process on a loopback port;
+//! [`serve_standalone`] runs the same server in a pod (tests/agent_webhook_pods.rs). One
+//! behaviour per path:
 //!
 //! | path | answer |
 //! |---|---|
@@ -12,7 +15,7 @@
 //! | `/wrong-uid` | an AdmissionReview answering another uid |
 //! | `/fail` | 500 |
 //!
-//! Every review received is kept ([`Webhook::reviews`]) so tests see what was sent.
+//! Every review received in process is kept ([`Webhook::reviews`]) so tests see what was sent.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -27,6 +30,8 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 use tokio_rustls::TlsAcceptor;
+
+use super::serving_tls::ServingCerts;
 
 pub const DENY_MESSAGE: &str = "the test webhook refuses this object";
 pub const WARNING: &str = "the test webhook warns about this object";
@@ -50,71 +55,24 @@ impl Webhook {
     /// Starts the webhook on a free loopback port.
     pub fn start() -> Webhook {
         super::install_crypto_provider();
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "test-webhook-ca");
-        let ca = ca_params.self_signed(&ca_key).unwrap();
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(vec![
-            "localhost".to_string(),
-            format!("{SERVICE_NAME}.{SERVICE_NAMESPACE}.svc"),
-        ])
-        .unwrap();
-        params
-            .subject_alt_names
-            .push(rcgen::SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-        let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![cert.der().clone()],
-                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-            )
-            .unwrap();
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let certs = certs(&[IpAddr::V4(Ipv4Addr::LOCALHOST)]);
         let runtime = super::runtime();
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
         let addr = listener.local_addr().unwrap();
         let reviews: Reviews = Arc::default();
-        let kept = reviews.clone();
         let handshakes = Arc::new(AtomicUsize::new(0));
-        let counted = handshakes.clone();
-        runtime.spawn(async move {
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
-                    continue;
-                };
-                let _ = tcp.set_nodelay(true);
-                let acceptor = acceptor.clone();
-                let reviews = kept.clone();
-                let counted = counted.clone();
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    let service = hyper::service::service_fn(move |req| {
-                        let reviews = reviews.clone();
-                        async move { Ok::<_, Infallible>(answer(req, reviews).await) }
-                    });
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        });
+        let acceptor = acceptor(&certs).unwrap();
+        runtime.spawn(serve(
+            listener,
+            acceptor,
+            reviews.clone(),
+            handshakes.clone(),
+        ));
         Webhook {
             addr,
-            ca_pem: cert_pem(&ca),
+            ca_pem: certs.ca_pem,
             reviews,
             handshakes,
             runtime: Some(runtime),
@@ -165,8 +123,68 @@ impl Drop for Webhook {
     }
 }
 
-fn cert_pem(cert: &rcgen::Certificate) -> String {
-    cert.pem()
+/// A new CA and a certificate for `localhost`, `<SERVICE_NAME>.<SERVICE_NAMESPACE>.svc` and
+/// `ips`: the webhook's TLS material.
+pub fn certs(ips: &[IpAddr]) -> ServingCerts {
+    ServingCerts::new(
+        "test-webhook-ca",
+        &[
+            "localhost".to_string(),
+            format!("{SERVICE_NAME}.{SERVICE_NAMESPACE}.svc"),
+        ],
+        ips,
+    )
+}
+
+fn acceptor(certs: &ServingCerts) -> Result<TlsAcceptor, String> {
+    let config = certs.server_config(None, &[b"h2", b"http/1.1"])?;
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Runs the webhook on `0.0.0.0:port` with `certs` until the process ends: the same server,
+/// started by a test inside a pod. Reviews are not kept (nobody could read them).
+pub fn serve_standalone(port: u16, certs: &ServingCerts) -> Result<(), String> {
+    super::install_crypto_provider();
+    let acceptor = acceptor(certs)?;
+    let runtime = super::runtime();
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(("0.0.0.0", port))
+            .await
+            .map_err(|e| format!("listen on port {port}: {e}"))?;
+        serve(listener, acceptor, Arc::default(), Arc::default()).await;
+        Ok(())
+    })
+}
+
+/// Accepts connections on `listener` forever, each served on a task of its own.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    acceptor: TlsAcceptor,
+    reviews: Reviews,
+    handshakes: Arc<AtomicUsize>,
+) {
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let reviews = reviews.clone();
+        let handshakes = handshakes.clone();
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            handshakes.fetch_add(1, Ordering::SeqCst);
+            let service = hyper::service::service_fn(move |req| {
+                let reviews = reviews.clone();
+                async move { Ok::<_, Infallible>(answer(req, reviews).await) }
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(tls), service)
+                .await;
+        });
+    }
 }
 
 fn review_answer(uid: &Value, response: Value) -> Value {

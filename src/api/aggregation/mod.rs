@@ -9,7 +9,7 @@
 //!   `kube-system/extension-apiserver-authentication` ConfigMap;
 //! - [`discovery`]: the Available aggregated group versions in `/apis`;
 //! - [`proxy`]: a request under `/apis/<group>/<version>` passed to the Service, the caller's
-//!   identity in the `X-Remote-*` headers (whole answers: a watch is not streamed);
+//!   identity in the `X-Remote-*` headers, the answer streamed back (watches included);
 //! - the [`Aggregator`] every server holds: the connections to the Services and the resources
 //!   each one's discovery document lists (refreshed by the availability controller on the
 //!   leader, and by any server when its copy is older than [`DISCOVERY_TTL`]), which
@@ -37,7 +37,7 @@ use self::apiservice::Backend;
 use self::front_proxy::FrontProxy;
 use super::ApiContext;
 use crate::http_client::{Limits, TlsConfig};
-use crate::streams::dial::{ServiceHttp, ServiceHttpError, ServiceTarget};
+use crate::streams::service_http::{ServiceHttp, ServiceHttpError, ServiceTarget};
 
 /// A discovery document older than this is fetched again before `/apis` is answered.
 pub const DISCOVERY_TTL: Duration = Duration::from_secs(30);
@@ -131,6 +131,22 @@ impl Aggregator {
         let target = self.target(backend)?;
         self.http
             .send(ctx, &target, request, limits)
+            .await
+            .map_err(|e| unavailable(backend, e))
+    }
+
+    /// Sends `request` (its URI a path) to `backend`'s Service and hands the answer on once
+    /// its head arrived within `head_timeout`, its body streamed (a watch included).
+    pub async fn stream(
+        &self,
+        ctx: &ApiContext,
+        backend: &Backend,
+        request: Request<Full<Bytes>>,
+        head_timeout: Duration,
+    ) -> Result<http::Response<super::ApiBody>, Unavailable> {
+        let target = self.target(backend)?;
+        self.http
+            .stream(ctx, &target, request, head_timeout)
             .await
             .map_err(|e| unavailable(backend, e))
     }

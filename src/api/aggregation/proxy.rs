@@ -1,7 +1,9 @@
 //! A request for an aggregated group version passed to its Service: the caller's own
 //! credentials removed, its identity (as authenticated, or impersonated, here) in the
-//! front-proxy headers, the answer passed back. Request and answer are read whole, so a watch
-//! ends when the Service's answer is complete rather than streaming.
+//! front-proxy headers, the answer passed back. The request is read whole (within the API's
+//! body limit); the answer is streamed: its head must come within [`HEAD_TIMEOUT`], its body
+//! is passed on as it comes, at the pace the caller reads it, so a watch through an
+//! aggregated server lasts until either side ends it, with a bounded buffer in between.
 
 use std::time::Duration;
 
@@ -12,13 +14,11 @@ use http_body_util::Full;
 use super::apiservice::{self, Backend};
 use super::front_proxy::{EXTRA_PREFIX, GROUP_HEADER, USER_HEADER};
 use crate::api::status::ApiError;
-use crate::api::{body, response, ApiBody, ApiContext, UserInfo};
-use crate::http_client::Limits;
+use crate::api::{body, ApiBody, ApiContext, UserInfo};
 
-/// How long a proxied request may take (connection, request, whole answer).
-const TIMEOUT: Duration = Duration::from_secs(60);
-/// The largest answer passed back.
-const MAX_ANSWER: usize = 64 << 20;
+/// How long a proxied request may take until the answer's head (connection, request, status
+/// and headers); the body has no deadline.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The Service-backed APIService serving `path`, if `path` is under `/apis/<group>/<version>`
 /// of one.
@@ -143,12 +143,12 @@ where
     identity_headers(user, request.headers_mut());
     let answer = ctx
         .aggregator
-        .send(ctx, backend, request, Limits::new(TIMEOUT, MAX_ANSWER))
+        .stream(ctx, backend, request, HEAD_TIMEOUT)
         .await;
     match answer {
         Ok(answer) => {
-            let (parts, bytes) = answer.into_parts();
-            let mut out = Response::new(response::body(bytes));
+            let (parts, body) = answer.into_parts();
+            let mut out = Response::new(body);
             *out.status_mut() = parts.status;
             for (name, value) in &parts.headers {
                 if !dropped(name) {

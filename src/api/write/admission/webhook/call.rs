@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use super::config::{Endpoint, Hook};
 use crate::api::ApiContext;
 use crate::http_client::{ClientError, Limits, Pool, TlsConfig};
-use crate::streams::dial::{ServiceHttp, ServiceHttpError, ServiceTarget};
+use crate::streams::service_http::{ServiceHttp, ServiceHttpError, ServiceTarget};
 
 /// The largest answer read from a webhook.
 const MAX_ANSWER: usize = 8 << 20;
