@@ -2,6 +2,9 @@
 # Builds the Debian and RPM packages of litek8s from this checkout, in one command:
 #
 #   packaging/build-packages.sh [OUTDIR]      (default: target/packages)
+#   packaging/build-packages.sh --release-build-only
+#       (only the copy and the release build below, e.g. started early in the background by
+#       tests/run-all.sh, so that the packaging step's build finds nothing left to do)
 #
 # The tracked and untracked-but-not-ignored files are copied (mtimes kept) to a stable
 # build directory under $CARGO_TARGET_DIR (or target/), so cargo's fingerprints stay valid and
@@ -13,6 +16,11 @@
 set -eu
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
+build_only=0
+if [ "${1:-}" = --release-build-only ]; then
+    build_only=1
+    shift
+fi
 out=${1:-$repo/target/packages}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -44,6 +52,7 @@ export SOURCE_DATE_EPOCH
 step "cargo build --release --locked --offline (litek8s, litek8s-agent)"
 (cd "$src" && env -u CFLAGS -u CXXFLAGS -u CPPFLAGS -u LDFLAGS PATH="$PATH:$HOME/.cargo/bin" \
     cargo build --release --locked --offline --bin litek8s --bin litek8s-agent)
+[ "$build_only" = 0 ] || exit 0
 
 step "dpkg-buildpackage -us -uc -b"
 rm -f "$build"/litek8s*_"$version"_*.deb "$build"/litek8s*_"$version"_*.changes "$build"/litek8s*_"$version"_*.buildinfo

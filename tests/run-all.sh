@@ -16,6 +16,8 @@
 #   7. the Debian and RPM packages (built once: tests/packaging_packages.sh) and the booted
 #      Debian 12 tests with them (tests/systemd/run.sh: single server, golden image, 3-server
 #      cluster in systemd-nspawn containers; the rootfs is cached in /var/cache/litek8s-test).
+#      The packages' release build starts in the background at nice 19 once step 3 is done,
+#      on the CPU steps 4–6 leave idle; step 7 waits for it.
 # Prints PASS/FAIL per step and a final `N passed, N failed` line (counting individual tests);
 # exits non-zero if anything failed.
 #
@@ -67,6 +69,27 @@ as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
         echo "need root to run: $*" >&2
         return 1
+    fi
+}
+
+# The Debian tools the packages and the booted tests need (step 7).
+install_packaging_tools() {
+    need=()
+    command -v dpkg-buildpackage >/dev/null || need+=(dpkg-dev)
+    command -v dh >/dev/null || need+=(debhelper)
+    command -v lintian >/dev/null || need+=(lintian)
+    command -v rpmbuild >/dev/null || need+=(rpm)
+    command -v fakeroot >/dev/null || need+=(fakeroot)
+    command -v git >/dev/null || need+=(git)
+    if [ "${SKIP_SYSTEMD_E2E:-0}" != 1 ]; then
+        command -v debootstrap >/dev/null || need+=(debootstrap)
+        command -v systemd-nspawn >/dev/null || need+=(systemd-container)
+    fi
+    if [ ${#need[@]} -gt 0 ]; then
+        echo "installing Debian packages: ${need[*]}"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+            as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                "${need[@]}" >/dev/null || echo "apt-get install failed for: ${need[*]}"
     fi
 }
 
@@ -150,6 +173,17 @@ fi
 
 if [ ! -x "$LITEK8S_BIN" ]; then
     cargo build -q --features failpoints 2>&1 | tail -20
+fi
+
+# The packages' release build (step 7), started now in the background at the lowest
+# priority: it takes the CPU the Python and kubectl steps leave idle, and step 7 then finds it
+# done (packaging/build-packages.sh --release-build-only).
+prebuild_pid=
+if [ "${SKIP_PACKAGING:-0}" != 1 ] && [ "${SKIP_PACKAGES:-0}" != 1 ] && [ -z "${PACKAGES_DIR:-}" ]; then
+    install_packaging_tools
+    CARGO_TARGET_DIR=$TARGET_DIR nice -n 19 sh "$ROOT/packaging/build-packages.sh" --release-build-only \
+        >"$OUT/packages-release-build.log" 2>&1 &
+    prebuild_pid=$!
 fi
 
 # --- 4. pytest
@@ -284,22 +318,13 @@ count_step() { # NAME LOG RC: sums the log's "N passed, M failed" line into the 
     step_result "$1" "$p" "$f"
 }
 if [ "${SKIP_PACKAGING:-0}" != 1 ] && [ "${SKIP_PACKAGES:-0}" != 1 ]; then
-    need=()
-    command -v dpkg-buildpackage >/dev/null || need+=(dpkg-dev)
-    command -v dh >/dev/null || need+=(debhelper)
-    command -v lintian >/dev/null || need+=(lintian)
-    command -v rpmbuild >/dev/null || need+=(rpm)
-    command -v fakeroot >/dev/null || need+=(fakeroot)
-    command -v git >/dev/null || need+=(git)
-    if [ "${SKIP_SYSTEMD_E2E:-0}" != 1 ]; then
-        command -v debootstrap >/dev/null || need+=(debootstrap)
-        command -v systemd-nspawn >/dev/null || need+=(systemd-container)
-    fi
-    if [ ${#need[@]} -gt 0 ]; then
-        echo "installing Debian packages: ${need[*]}"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
-            as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-                "${need[@]}" >/dev/null || echo "apt-get install failed for: ${need[*]}"
+    install_packaging_tools
+    if [ -n "$prebuild_pid" ]; then
+        # The release build started after the cargo tests (below step 3): wait for it. Its
+        # result does not matter: the packages' own build reports any error, and finds
+        # nothing left to do when it succeeded.
+        wait "$prebuild_pid" || true
+        echo "(release build for the packages, started in the background: log $OUT/packages-release-build.log)"
     fi
     pkgdir=${PACKAGES_DIR:-$TARGET_DIR/packages}
     t0=$(date +%s)
