@@ -14,6 +14,8 @@
 //!   watch open, the caller leaving closes it at the aggregated server, and the aggregated
 //!   server ending it ends it for the caller;
 //! - `kubectl get apiservices` prints kube's columns;
+//! - the metrics API (`v1beta1.metrics.k8s.io`, served as metrics-server serves it) behind the
+//!   same Service: `kubectl top node` and `kubectl top pod` print its figures;
 //! - with the test server stopped, `Available` turns False (`FailedDiscoveryCheck`) and
 //!   requests get a 503 naming the APIService;
 //! - on a 3-server cluster every server proxies (a follower presents a certificate of the
@@ -26,7 +28,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::aggregated::{
-    Aggregated, ProxiedWatch, GROUP, SERVICE_NAME, SERVICE_NAMESPACE, VERSION, WATCH_EVENTS,
+    Aggregated, ProxiedWatch, GROUP, METRICS_NODES, SERVICE_NAME, SERVICE_NAMESPACE, VERSION,
+    WATCH_EVENTS,
 };
 use support::kubectl::{ok, run as kubectl, stderr, stdout};
 use support::{runtime, Api, Server};
@@ -102,8 +105,15 @@ fn api_service(ca_bundle: &str) -> Value {
     })
 }
 
+/// The APIService of the metrics API `kubectl top` reads.
+const METRICS_API_SERVICE: &str = "v1beta1.metrics.k8s.io";
+
 fn available(server: &Server) -> Option<Value> {
-    let (status, body) = get(server, &format!("{APISERVICES}/{VERSION}.{GROUP}"));
+    available_named(server, &format!("{VERSION}.{GROUP}"))
+}
+
+fn available_named(server: &Server, name: &str) -> Option<Value> {
+    let (status, body) = get(server, &format!("{APISERVICES}/{name}"));
     assert_eq!(status, 200, "{body}");
     body["status"]["conditions"]
         .as_array()?
@@ -273,6 +283,47 @@ fn an_aggregated_api_server_is_served_through_its_service() {
         }
         assert!(bounded.next(WATCH_GUARD).await.is_none(), "the watch ends");
     });
+
+    // The metrics API's shape, served as metrics-server serves it, behind the same Service:
+    // `kubectl top` reads a node's and a namespace's pods' usage through the proxy.
+    let mut metrics = api_service(&aggregated.ca_bundle());
+    metrics["metadata"]["name"] = json!(METRICS_API_SERVICE);
+    metrics["spec"]["group"] = json!("metrics.k8s.io");
+    metrics["spec"]["version"] = json!("v1beta1");
+    metrics["spec"]["groupPriorityMinimum"] = json!(100);
+    metrics["spec"]["versionPriority"] = json!(100);
+    let (status, body) = post(&server, APISERVICES, &metrics);
+    assert_eq!(status, 201, "{body}");
+    wait_for(Duration::from_secs(20), "the metrics API Available", || {
+        available_named(&server, METRICS_API_SERVICE).filter(|c| c["status"] == "True")
+    });
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": METRICS_NODES[0]},
+        "status": {"capacity": {"cpu": "2", "memory": "4Gi"},
+                   "allocatable": {"cpu": "2", "memory": "4Gi"}}});
+    let (status, body) = post(&server, "/api/v1/nodes", &node);
+    assert_eq!(status, 201, "{body}");
+    for binary in KUBECTLS {
+        let top = ok(binary, &kc, &["top", "node", METRICS_NODES[0]]);
+        let row: Vec<&str> = top
+            .lines()
+            .nth(1)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        assert_eq!(row.first(), Some(&METRICS_NODES[0]), "{binary}: {top}");
+        assert!(
+            row.contains(&"250m") && row.contains(&"512Mi"),
+            "{binary}: {top}"
+        );
+        let top = ok(binary, &kc, &["top", "pod", "-n", "default"]);
+        let row: Vec<&str> = top
+            .lines()
+            .nth(1)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        assert_eq!(row, ["busy", "100m", "64Mi"], "{binary}: {top}");
+    }
 
     // Stopped: the next check fails, and requests are refused with 503 naming the APIService.
     aggregated.stop();

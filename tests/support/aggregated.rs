@@ -12,6 +12,10 @@
 //! | `.../namespaces/NS/flunders?watch=true` | a watch: the [`WATCH_EVENTS`] of `first`, one chunk each, then open until `timeoutSeconds` (an hour without) |
 //! | `.../namespaces/NS/flunders/NAME` | that Flunder, or a 404 Status |
 //!
+//! and, as metrics-server does, [`METRICS_GROUP_VERSION`] for `kubectl top`: `nodes` (a
+//! NodeMetrics per name in [`METRICS_NODES`]: 250m CPU, 512Mi memory) and `pods` (one
+//! PodMetrics `busy` per namespace asked, one container `main`: 100m, 64Mi).
+//!
 //! Every request received in process is kept with its front-proxy headers, whether it carried
 //! an Authorization header, and the common name of the client certificate
 //! ([`Aggregated::requests`]).
@@ -36,6 +40,10 @@ use tokio_rustls::TlsAcceptor;
 use super::serving_tls::ServingCerts;
 
 pub const GROUP: &str = "wardle.example.com";
+/// The metrics API version `kubectl top` reads.
+pub const METRICS_GROUP_VERSION: &str = "metrics.k8s.io/v1beta1";
+/// The nodes the metrics API reports.
+pub const METRICS_NODES: [&str; 1] = ["metered"];
 pub const VERSION: &str = "v1alpha1";
 pub const SERVICE_NAME: &str = "wardle";
 pub const SERVICE_NAMESPACE: &str = "default";
@@ -255,9 +263,61 @@ fn flunder(namespace: &str, name: &str, resource_version: u64) -> Value {
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
+/// The answer of the metrics API for the path after `/apis/metrics.k8s.io/v1beta1`.
+fn metrics(parts: &[&str]) -> (u16, Value) {
+    let window = json!({"timestamp": "2024-01-01T00:00:00Z", "window": "20s"});
+    let node = |name: &str| {
+        json!({"metadata": {"name": name, "creationTimestamp": "2024-01-01T00:00:00Z"},
+               "timestamp": window["timestamp"], "window": window["window"],
+               "usage": {"cpu": "250m", "memory": "512Mi"}})
+    };
+    let pod = |ns: &str| {
+        json!({"metadata": {"name": "busy", "namespace": ns, "creationTimestamp": "2024-01-01T00:00:00Z"},
+               "timestamp": window["timestamp"], "window": window["window"],
+               "containers": [{"name": "main", "usage": {"cpu": "100m", "memory": "64Mi"}}]})
+    };
+    let list = |kind: &str, items: Vec<Value>| {
+        json!({"kind": kind, "apiVersion": METRICS_GROUP_VERSION,
+               "metadata": {}, "items": items})
+    };
+    match parts {
+        [] => (
+            200,
+            json!({
+                "kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": METRICS_GROUP_VERSION,
+                "resources": [
+                    {"name": "nodes", "singularName": "", "namespaced": false,
+                     "kind": "NodeMetrics", "verbs": ["get", "list"]},
+                    {"name": "pods", "singularName": "", "namespaced": true,
+                     "kind": "PodMetrics", "verbs": ["get", "list"]}],
+            }),
+        ),
+        ["nodes"] => (
+            200,
+            list(
+                "NodeMetricsList",
+                METRICS_NODES.iter().map(|n| node(n)).collect(),
+            ),
+        ),
+        ["nodes", name] if METRICS_NODES.contains(name) => (200, node(name)),
+        ["namespaces", ns, "pods"] => (200, list("PodMetricsList", vec![pod(ns)])),
+        ["namespaces", ns, "pods", "busy"] => (200, pod(ns)),
+        _ => (404, not_found()),
+    }
+}
+
 fn answer<B>(req: Request<B>, log: &Log) -> Response<Body> {
     let base = format!("/apis/{GROUP}/{VERSION}");
     let path = req.uri().path().trim_end_matches('/').to_string();
+    if let Some(rest) = path.strip_prefix(&format!("/apis/{METRICS_GROUP_VERSION}")) {
+        let parts: Vec<&str> = rest.split('/').skip(1).collect();
+        let (code, body) = metrics(&parts);
+        return json_response(
+            code,
+            Full::new(Bytes::from(body.to_string())).boxed_unsync(),
+        );
+    }
     let query = req.uri().query().unwrap_or("");
     let param = |name: &str| {
         query
