@@ -5,7 +5,8 @@
 //! older lines, `tailLines` keeps the last lines (read from the file's end, so a huge log
 //! costs what the tail costs), `limitBytes` stops the stream after that many bytes.
 //!
-//! `follow` keeps reading as the file grows (checked every [`FOLLOW_POLL`]), goes on in the
+//! `follow` keeps reading as the file grows (woken by inotify when the container's log
+//! directory changes, `log_wake`; polled where inotify cannot be had), goes on in the
 //! new file when the one read was rotated (its path names another file: the old one is
 //! read to its end first, the writer having moved on), and ends when
 //! the container has exited and its file is read to the end, when a newer instance's file
@@ -24,13 +25,13 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use tokio::sync::mpsc;
 
 use super::log_lines::{read_line, text, Line};
+use super::log_wake::Wake;
 use crate::agent::runtime::logs::{parse_line, LogLine};
 use crate::agent::runtime::ContainerState;
 use crate::agent::runtime::Runtime;
 
-/// How often a followed file is checked for new lines.
-pub const FOLLOW_POLL: Duration = Duration::from_millis(50);
-/// How often, while a followed file does not grow, the container is checked for an exit.
+/// How often, while a followed file does not grow, the container is checked for an exit
+/// (and the client for its going away).
 const EXIT_CHECK: Duration = Duration::from_millis(500);
 /// The pieces of the answer in flight at most.
 pub const CHANNEL: usize = 16;
@@ -211,6 +212,10 @@ pub fn stream(
     let mut line = Vec::new();
     let mut idle_since = Instant::now();
     let mut last_exit_check = Instant::now();
+    // Set up before the first read, so a line written meanwhile wakes the first wait.
+    let wake = follow
+        .as_ref()
+        .map(|_| Wake::new(path.parent().unwrap_or(path)));
     let send = |out: &mut Vec<u8>, left: &mut u64| -> bool {
         if out.is_empty() {
             return true;
@@ -271,7 +276,9 @@ pub fn stream(
                 return Ok(());
             }
         }
-        std::thread::sleep(FOLLOW_POLL);
+        if let Some(wake) = &wake {
+            wake.wait(EXIT_CHECK);
+        }
     }
 }
 
