@@ -3,9 +3,10 @@
 //! cluster CA, its callers authenticated and authorized through the API server as kubelet's
 //! webhook mode does (a service account's token reviewed, a client certificate, anonymous;
 //! 401 and 403 with a body naming what was refused), serving what metrics-server scrapes
-//! and the same routes the tunnel serves. One server, one agent, one real pod (the
-//! requirements of tests/agent_pods.rs apply; `LITEK8S_SKIP_CONTAINERS=1` skips when they
-//! are missing).
+//! and the same routes the tunnel serves, and nothing of a pod of another node or outside a
+//! pod's files, whatever the path or the tunnel's headers say. One server, one agent, one
+//! real pod (the requirements of tests/agent_pods.rs apply; `LITEK8S_SKIP_CONTAINERS=1`
+//! skips when they are missing).
 
 mod agent_support;
 mod support;
@@ -169,6 +170,39 @@ async fn get_with_cert(
         .header("host", addr.to_string())
         .body(Full::new(Bytes::new()))
         .expect("request");
+    let resp = sender.send_request(req).await.expect("answer");
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// One GET to the node port with a bearer `token` and `headers` of the caller's choice (the
+/// tunnel's own headers, forged).
+async fn get_with_headers(
+    addr: SocketAddr,
+    ca: &Path,
+    token: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    let config = support::client_config(ca, &[b"http/1.1"]);
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake");
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .expect("HTTP handshake");
+    tokio::spawn(connection);
+    let mut req = http::Request::get(path)
+        .header("host", addr.to_string())
+        .header("authorization", format!("Bearer {token}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(Bytes::new())).expect("request");
     let resp = sender.send_request(req).await.expect("answer");
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await.expect("body").to_bytes();
@@ -401,6 +435,80 @@ fn the_node_port_authenticates_authorizes_and_serves_the_tunnels_routes() {
         {
             Exec::Refused(404, _) => {}
             other => panic!("exec into a pod of no node: {other:?}"),
+        }
+
+        // A pod bound to another node, and paths that would leave a pod's own files: nothing
+        // of them is reached through this node's port, by kubelet's paths or by the tunnel's
+        // own routes with their headers forged; each is refused with a status saying why.
+        apply(
+            &admin,
+            "/api/v1/namespaces/default/pods",
+            agent_support::pod("elsewhere", IMAGE, &["sleep", "3600"], 0, json!({"nodeName": "n2"})),
+        )
+        .await;
+        let uid_of = |name: &'static str| {
+            let admin = admin.clone();
+            async move {
+                admin
+                    .get(&format!("/api/v1/namespaces/default/pods/{name}"))
+                    .await
+                    .expect("GET")
+                    .json()["metadata"]["uid"]
+                    .as_str()
+                    .expect("a uid")
+                    .to_string()
+            }
+        };
+        let elsewhere = uid_of("elsewhere").await;
+        let talker = uid_of("talker").await;
+        let uid = "x-litek8s-pod-uid";
+        let container = "x-litek8s-container";
+        for (path, headers, code) in [
+            ("/containerLogs/default/elsewhere/c", vec![], 404),
+            (
+                "/logs/default/elsewhere",
+                vec![(uid, elsewhere.as_str()), (container, "c")],
+                404,
+            ),
+            // talker's name with another pod's uid: talker's log is not served for it.
+            (
+                "/logs/default/talker",
+                vec![(uid, elsewhere.as_str()), (container, "c")],
+                404,
+            ),
+            ("/logs/default/talker", vec![(uid, "../../.."), (container, "c")], 400),
+            ("/logs/default/talker", vec![(uid, talker.as_str()), (container, "../c")], 400),
+            ("/containerLogs/default/talker/c/../../../../../etc/passwd", vec![], 400),
+            ("/containerLogs/default/talker/..%2F..%2F..%2Fetc%2Fpasswd", vec![], 404),
+            ("/containerLogs/..%2Fdefault/talker/c", vec![], 404),
+            (
+                "/portforward/default/elsewhere?port=80",
+                vec![(uid, elsewhere.as_str())],
+                404,
+            ),
+            (
+                "/podproxy/default/elsewhere/80/",
+                vec![(uid, elsewhere.as_str())],
+                404,
+            ),
+        ] {
+            let (status, body) = get_with_headers(addr, &ca, &operator, path, &headers).await;
+            assert_eq!(status, code, "{path} {headers:?}: {body}");
+            assert!(
+                !body.contains("hello-node-port") && !body.contains("root:"),
+                "{path}: {body}"
+            );
+        }
+        match exec_over_websocket(
+            addr,
+            &ca,
+            &operator,
+            "/exec/default/elsewhere/c?command=echo&stdout=true",
+        )
+        .await
+        {
+            Exec::Refused(404, body) => assert!(body.contains("not on this node"), "{body}"),
+            other => panic!("exec into a pod of another node: {other:?}"),
         }
 
         // A client certificate of the cluster CA names its user: another node's may not.

@@ -12,14 +12,18 @@
 //! Also: a pod of a node that is not connected anywhere answers 503 naming the node, a user
 //! without `pods/log` or `pods/exec` gets 403, and bad input (exec into a container that
 //! exited, a malformed WebSocket upgrade, a malformed SPDY frame) gets a clean error while
-//! the server keeps serving.
+//! the server keeps serving. 100 MiB of stdin reach a file in the pod unchanged (its
+//! sha256). A 10 GiB log is tailed from its end and bounded by `limitBytes` without the
+//! agent holding it; a client that stops reading an endless exec leaves the servers and the
+//! agent holding what flow control allows while they serve others; the node proxy does not
+//! lead to a pod of another node or out of a pod's log directory.
 
 mod agent_support;
 mod cluster_support;
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -37,6 +41,13 @@ const RUNNING_GUARD: Duration = Duration::from_secs(90);
 const WEB_SERVER: &str = "dd if=/dev/urandom of=/www/f bs=1024 count=4096 2>/dev/null && sha256sum /www/f | cut -d' ' -f1 > /www/sum && echo web-index > /www/index.html && exec httpd -f -p 8080 -h /www";
 /// Concurrent downloads through one `kubectl port-forward`.
 const DOWNLOADS: usize = 16;
+/// The stdin sent through `exec` into a file.
+const BIG_STDIN: usize = 100 << 20;
+/// The size of the log file planted for `big`.
+const HUGE_LOG: u64 = 10 << 30;
+/// What a server or the agent may grow by while a client does not read (a bound well above
+/// the tunnel's 8 MiB stream window, far below what the command writes meanwhile).
+const STALL_GROWTH_MIB: f64 = 32.0;
 
 fn missing_tools() -> Vec<String> {
     let mut missing = missing_pod_tools();
@@ -337,6 +348,8 @@ fn logs_and_exec_through_another_server() {
             )
             .await;
         }
+        // A pod whose log the test replaces by a 10 GiB one.
+        create(&c, &pod("big", &["sleep", "3600"], json!({"nodeName": "n1"}))).await;
         // A pod bound to a node that never connected.
         create(
             &c,
@@ -345,6 +358,7 @@ fn logs_and_exec_through_another_server() {
         .await;
         wait_pod(&c, &setup.agent, "fixed", running).await;
         wait_pod(&c, &setup.agent, "ticker", running).await;
+        wait_pod(&c, &setup.agent, "big", running).await;
         for i in 0..KUBECTLS.len() {
             wait_pod(&c, &setup.agent, &format!("term{i}"), running).await;
             wait_pod(&c, &setup.agent, &format!("reader{i}"), running).await;
@@ -465,10 +479,53 @@ fn logs_and_exec_through_another_server() {
         );
     }
 
+    // A 10 GiB log (a hole of zeros without a newline, then five CRI lines) as the newest
+    // instance of `big`'s container: the tail comes from the file's end, a byte limit bounds
+    // the answer, and the agent skips the run of zeros without holding it.
+    let big_uid = rt.block_on(get_pod(&c, "big"))["metadata"]["uid"]
+        .as_str()
+        .expect("big's uid")
+        .to_string();
+    let huge = plant_huge_log(&setup.agent, "big", &big_uid, 5);
+    let agent_pid = setup.agent.pid().expect("the agent runs");
+    let agent_before = rss_mib(agent_pid);
+    for k in KUBECTLS {
+        let started = Instant::now();
+        let out = kubectl(k, kc, &["logs", "big", "--tail=2"]);
+        assert_eq!(
+            text(&out),
+            "huge line 4\nhuge line 5\n",
+            "{k}: {}",
+            explain(&out)
+        );
+        println!(
+            "{k}: logs --tail=2 of a 10 GiB log in {:?}",
+            started.elapsed()
+        );
+    }
+    let started = Instant::now();
+    let out = kubectl(KUBECTLS[1], kc, &["logs", "big", "--limit-bytes=15"]);
+    assert_eq!(text(&out), "huge line 1\nhug", "{}", explain(&out));
+    println!(
+        "logs --limit-bytes=15 of a 10 GiB log (its 10 GiB run skipped) in {:?}",
+        started.elapsed()
+    );
+    let grown = rss_mib(agent_pid) - agent_before;
+    assert!(
+        grown < 64.0,
+        "the agent grew by {grown:.1} MiB reading a 10 GiB log"
+    );
+    std::fs::remove_file(&huge).expect("remove the planted log");
+
     // exec: output, exit codes, stdin through `cat`.
     let input: Vec<u8> = (0..3u32 << 20)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
+    let big_input = pseudo_random(BIG_STDIN, 0x5eed);
+    let big_sum = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&big_input))
+    };
     for k in KUBECTLS {
         let out = kubectl(k, kc, &["exec", "fixed", "--", "echo", "hello"]);
         assert!(out.status.success(), "{k}: {}", explain(&out));
@@ -507,6 +564,48 @@ fn logs_and_exec_through_another_server() {
             "{k}: exec -i cat of {} MiB in {:?}",
             input.len() >> 20,
             started.elapsed()
+        );
+
+        // 100 MiB of stdin into a file in the pod, checked there by its sha256.
+        let file = format!("/tmp/in-{}", k.rsplit('.').next().unwrap_or("k"));
+        let started = Instant::now();
+        let out = kubectl_stdin(
+            k,
+            kc,
+            &[
+                "exec",
+                "-i",
+                "fixed",
+                "--",
+                "sh",
+                "-c",
+                &format!("cat > {file}"),
+            ],
+            &big_input,
+        );
+        assert!(out.status.success(), "{k}: {}", explain(&out));
+        let took = started.elapsed();
+        let out = kubectl(
+            k,
+            kc,
+            &[
+                "exec",
+                "fixed",
+                "--",
+                "sh",
+                "-c",
+                &format!("sha256sum {file} && rm {file}"),
+            ],
+        );
+        assert_eq!(
+            text(&out).split_whitespace().next(),
+            Some(big_sum.as_str()),
+            "{k}: the file differs from what was sent: {}",
+            explain(&out)
+        );
+        println!(
+            "{k}: exec -i of {} MiB into a file in {took:?}, its sha256 the same",
+            BIG_STDIN >> 20
         );
 
         let out = kubectl(k, kc, &["--as=alice", "exec", "fixed", "--", "true"]);
@@ -723,7 +822,182 @@ fn logs_and_exec_through_another_server() {
     );
     let out = kubectl(KUBECTLS[1], kc, &["exec", "fixed", "--", "echo", "still"]);
     assert_eq!(text(&out), "still\n", "{}", explain(&out));
+
+    // A client that stops reading: `cat /dev/zero` in the pod, its WebSocket client reading
+    // nothing for a while. C (which relays), B (which holds the tunnel) and the agent hold what
+    // their windows and buffers allow, not what the command writes, and serve others
+    // meanwhile; afterwards the session still streams. (It pauses 15 s, the checks end
+    // within about 10.)
+    let b_pid = setup.cluster.members[b].pid().expect("B runs");
+    let c_pid = setup.cluster.members[c_index].pid().expect("C runs");
+    let watched = [("C", c_pid), ("B", b_pid), ("agent", agent_pid)];
+    let before: Vec<f64> = watched.iter().map(|(_, p)| rss_mib(*p)).collect();
+    let (mut stalled, said) = stalled_exec(
+        &c_addr,
+        &token,
+        "/api/v1/namespaces/default/pods/fixed/exec?command=cat&command=/dev/zero&stdout=true",
+        15,
+    );
+    let head = said
+        .recv_timeout(Duration::from_secs(30))
+        .expect("an answer to the stalled exec");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    std::thread::sleep(Duration::from_secs(3));
+    let out = kubectl(
+        KUBECTLS[1],
+        kc,
+        &["exec", "fixed", "--", "echo", "meanwhile"],
+    );
+    assert_eq!(text(&out), "meanwhile\n", "{}", explain(&out));
+    let out = kubectl(KUBECTLS[0], kc, &["logs", "fixed", "--tail=1"]);
+    assert_eq!(text(&out), "line 5\n", "{}", explain(&out));
+    std::thread::sleep(Duration::from_secs(4));
+    for ((who, pid), was) in watched.iter().zip(&before) {
+        let grown = rss_mib(*pid) - was;
+        println!("{who} grew by {grown:.1} MiB while the client did not read");
+        assert!(
+            grown < STALL_GROWTH_MIB,
+            "{who} grew by {grown:.1} MiB while the client did not read"
+        );
+    }
+    let after = said
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the stalled client's last line");
+    assert_eq!(after, format!("read after the pause: {}", 1 << 20));
+    let _ = stalled.wait();
+
+    // The node proxy leads neither to a pod of another node nor out of a pod's log
+    // directory: refused with a status saying why, nothing of a file read.
+    rt.block_on(async {
+        for (path, code) in [
+            (
+                "/api/v1/nodes/n1/proxy/containerLogs/default/ghost/c",
+                404,
+            ),
+            (
+                "/api/v1/nodes/n1/proxy/containerLogs/default/fixed/c/../../../../../../etc/passwd",
+                400,
+            ),
+            (
+                "/api/v1/nodes/n1/proxy/containerLogs/default/fixed/..%2F..%2F..%2F..%2Fetc%2Fpasswd",
+                404,
+            ),
+            ("/api/v1/nodes/n1/proxy/containerLogs/..%2Fdefault/fixed/c", 404),
+            ("/api/v1/namespaces/default/pods/..%2Fghost/log", 404),
+        ] {
+            let resp = c.get(path).await.expect("GET");
+            assert_eq!(resp.status, code, "{path}: {}", resp.text());
+            let body = resp.text();
+            assert!(
+                !body.contains("root:") && !body.contains("line 1"),
+                "{path}: {body}"
+            );
+        }
+    });
     let _ = std::io::stdout().flush();
+}
+
+/// `VmRSS` of process `pid`, in MiB.
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// `len` pseudo-random bytes (xorshift), the same for the same `seed`.
+fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Makes a [`HUGE_LOG`]-byte file the newest log of pod `name`'s container `c` (`9.log`,
+/// beside the instance conmon writes): a hole (zeros, no newline) then `lines` CRI lines
+/// `huge line N`. Returns its path.
+fn plant_huge_log(agent: &Agent, name: &str, uid: &str, lines: usize) -> PathBuf {
+    let dir = agent
+        .node_dir
+        .join("logs")
+        .join(format!("default_{name}_{uid}"))
+        .join("c");
+    assert!(dir.is_dir(), "no log directory {}", dir.display());
+    let path = dir.join("9.log");
+    let mut file = std::fs::File::create(&path).expect("create the huge log");
+    file.set_len(HUGE_LOG).expect("a sparse file");
+    file.seek(SeekFrom::End(0)).expect("seek");
+    let mut tail = String::from("\n");
+    for i in 1..=lines {
+        tail.push_str(&format!(
+            "2026-12-06T10:00:{i:02}.000000000+00:00 stdout F huge line {i}\n"
+        ));
+    }
+    file.write_all(tail.as_bytes()).expect("the lines");
+    path
+}
+
+/// An exec over WebSocket by hand (Python) that reads the answer's head, then nothing for
+/// `pause_secs`, then 1 MiB. Sends the status line, then `read after the pause: N`.
+fn stalled_exec(
+    addr: &str,
+    token: &str,
+    path: &str,
+    pause_secs: u32,
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let (host, port) = addr.rsplit_once(':').expect("host:port");
+    let script = r#"
+import base64, os, socket, ssl, sys, time
+host, port, token, path, pause = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5])
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+raw = socket.socket()
+raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+raw.settimeout(30)
+raw.connect((host, port))
+s = ctx.wrap_socket(raw)
+key = base64.b64encode(os.urandom(16)).decode()
+s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Protocol: v5.channel.k8s.io\r\n\r\n" % (path, host, token, key)).encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    byte = s.recv(1)
+    if not byte:
+        break
+    head += byte
+print(head.split(b"\r\n")[0].decode(errors="replace"), flush=True)
+time.sleep(pause)
+got = 0
+while got < 1 << 20:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    got += len(chunk)
+print("read after the pause: %d" % min(got, 1 << 20), flush=True)
+"#;
+    let mut child = Command::new("timeout")
+        .args(["120", "python3", "-c", script, host, port, token, path])
+        .arg(pause_secs.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python3");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
 }
 
 /// `kubectl port-forward` to the `web` pod with each kubectl (SPDY for 1.27, SPDY inside a

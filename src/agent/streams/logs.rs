@@ -5,14 +5,17 @@
 //! older lines, `tailLines` keeps the last lines (read from the file's end, so a huge log
 //! costs what the tail costs), `limitBytes` stops the stream after that many bytes.
 //!
-//! `follow` keeps reading as the file grows (checked every [`FOLLOW_POLL`]), goes on in the
+//! `follow` keeps reading as the file grows (woken by inotify when the container's log
+//! directory changes, `log_wake`; polled where inotify cannot be had), goes on in the
 //! new file when the one read was rotated (its path names another file: the old one is
 //! read to its end first, the writer having moved on), and ends when
 //! the container has exited and its file is read to the end, when a newer instance's file
 //! appears, or when the client goes away. Bytes go out through a small channel, so a client
-//! that does not read stops the reader (memory stays bounded).
+//! that does not read stops the reader (memory stays bounded). Lines are read with a bound
+//! (`log_lines`): a run of bytes without a newline past it (a damaged file, a 10 GiB file of
+//! zeros) is skipped, never held whole, and bytes that are not UTF-8 do not end the stream.
 
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,18 +24,21 @@ use bytes::Bytes;
 use chrono::{DateTime, SecondsFormat, Utc};
 use tokio::sync::mpsc;
 
+use super::log_lines::{read_line, text, Line};
+use super::log_wake::Wake;
 use crate::agent::runtime::logs::{parse_line, LogLine};
 use crate::agent::runtime::ContainerState;
 use crate::agent::runtime::Runtime;
 
-/// How often a followed file is checked for new lines.
-pub const FOLLOW_POLL: Duration = Duration::from_millis(50);
-/// How often, while a followed file does not grow, the container is checked for an exit.
+/// How often, while a followed file does not grow, the container is checked for an exit
+/// (and the client for its going away).
 const EXIT_CHECK: Duration = Duration::from_millis(500);
 /// The pieces of the answer in flight at most.
 pub const CHANNEL: usize = 16;
 /// The most bytes sent as one piece.
 const PIECE: usize = 32 * 1024;
+/// What one read of the file takes (a large file is read at this size).
+const READ_SIZE: usize = 64 * 1024;
 
 /// The options of one request (`PodLogOptions`), already checked by the server.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -200,12 +206,16 @@ pub fn stream(
         None => 0,
     };
     file.seek(SeekFrom::Start(start)).map_err(io)?;
-    let mut reader = BufReader::new(file);
+    let mut reader = BufReader::with_capacity(READ_SIZE, file);
     let mut left = opts.limit_bytes.unwrap_or(u64::MAX);
     let mut out = Vec::with_capacity(PIECE);
-    let mut line = String::new();
+    let mut line = Vec::new();
     let mut idle_since = Instant::now();
     let mut last_exit_check = Instant::now();
+    // Set up before the first read, so a line written meanwhile wakes the first wait.
+    let wake = follow
+        .as_ref()
+        .map(|_| Wake::new(path.parent().unwrap_or(path)));
     let send = |out: &mut Vec<u8>, left: &mut u64| -> bool {
         if out.is_empty() {
             return true;
@@ -217,27 +227,25 @@ pub fn stream(
         ok && *left > 0
     };
     loop {
-        line.clear();
-        let n = reader.read_line(&mut line).map_err(io)?;
-        if n > 0 && line.ends_with('\n') {
-            idle_since = Instant::now();
-            if let Some(parsed) = parse_line(line.trim_end_matches('\n')) {
-                if opts
-                    .since
-                    .is_none_or(|s| line_time(&parsed).is_none_or(|t| t >= s))
-                {
-                    render(&parsed, opts.timestamps, &mut out);
+        match read_line(&mut reader, &mut line).map_err(io)? {
+            Line::Whole => {
+                idle_since = Instant::now();
+                render_line(&line, opts, &mut out);
+                if out.len() >= PIECE && !send(&mut out, &mut left) {
+                    return Ok(());
                 }
+                continue;
             }
-            if out.len() >= PIECE && !send(&mut out, &mut left) {
-                return Ok(());
+            Line::Skipped(_) => {
+                idle_since = Instant::now();
+                continue;
             }
-            continue;
-        }
-        // The end of what is written (maybe a line half written: read it again whole).
-        if n > 0 {
-            let back = reader.stream_position().map_err(io)? - n as u64;
-            reader.seek(SeekFrom::Start(back)).map_err(io)?;
+            // The end of what is written, maybe a line half written: read it again whole.
+            Line::Unfinished(n) => {
+                let back = reader.stream_position().map_err(io)? - n as u64;
+                reader.seek(SeekFrom::Start(back)).map_err(io)?;
+            }
+            Line::End => {}
         }
         if !send(&mut out, &mut left) {
             return Ok(());
@@ -253,7 +261,7 @@ pub fn stream(
             if !send(&mut out, &mut left) {
                 return Ok(());
             }
-            reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
+            reader = BufReader::with_capacity(READ_SIZE, std::fs::File::open(path).map_err(io)?);
             continue;
         }
         if idle_since.elapsed() >= EXIT_CHECK && last_exit_check.elapsed() >= EXIT_CHECK {
@@ -268,7 +276,9 @@ pub fn stream(
                 return Ok(());
             }
         }
-        std::thread::sleep(FOLLOW_POLL);
+        if let Some(wake) = &wake {
+            wake.wait(EXIT_CHECK);
+        }
     }
 }
 
@@ -282,24 +292,34 @@ fn rotated(path: &Path, open: &std::fs::File) -> bool {
     }
 }
 
+/// The whole lines left in `reader`, rendered into `out`.
 fn follow_tail(
     reader: &mut BufReader<std::fs::File>,
     opts: &LogOptions,
     out: &mut Vec<u8>,
 ) -> std::io::Result<()> {
-    let mut line = String::new();
-    while reader.read_line(&mut line)? > 0 && line.ends_with('\n') {
-        if let Some(parsed) = parse_line(line.trim_end_matches('\n')) {
-            if opts
-                .since
-                .is_none_or(|s| line_time(&parsed).is_none_or(|t| t >= s))
-            {
-                render(&parsed, opts.timestamps, out);
-            }
+    let mut line = Vec::new();
+    loop {
+        match read_line(reader, &mut line)? {
+            Line::Whole => render_line(&line, opts, out),
+            Line::Skipped(_) => {}
+            Line::Unfinished(_) | Line::End => return Ok(()),
         }
-        line.clear();
     }
-    Ok(())
+}
+
+/// One whole line of the file, as the client sees it (nothing if it is not a CRI line or
+/// older than `since`).
+fn render_line(line: &[u8], opts: &LogOptions, out: &mut Vec<u8>) {
+    let Some(parsed) = parse_line(&text(line)) else {
+        return;
+    };
+    if opts
+        .since
+        .is_none_or(|s| line_time(&parsed).is_none_or(|t| t >= s))
+    {
+        render(&parsed, opts.timestamps, out);
+    }
 }
 
 #[cfg(test)]
@@ -365,6 +385,28 @@ mod tests {
             ..all
         };
         assert_eq!(collect(&path, &stamps), "2026-12-05T10:00:02Z three\n");
+    }
+
+    #[test]
+    fn damaged_lines_are_passed_over_and_the_rest_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0.log");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(b"2026-12-05T10:00:00+00:00 stdout F one\n")
+            .unwrap();
+        // Output that is not UTF-8 is served, its bad bytes replaced.
+        f.write_all(b"2026-12-05T10:00:01+00:00 stdout F bin \xff\xfe\n")
+            .unwrap();
+        // A run without a newline far longer than any CRI line: skipped.
+        f.write_all(&vec![b'x'; 3 * super::super::log_lines::MAX_LINE])
+            .unwrap();
+        f.write_all(b"\n2026-12-05T10:00:02+00:00 stdout F two\n")
+            .unwrap();
+        drop(f);
+        assert_eq!(
+            collect(&path, &LogOptions::default()),
+            "one\nbin \u{fffd}\u{fffd}\ntwo\n"
+        );
     }
 
     #[test]

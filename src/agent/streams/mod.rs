@@ -1,9 +1,10 @@
 //! The agent's end of the streams (`crate::streams` is the server's): the tunnel it keeps
 //! to its server (`tunnel`), on which it serves, as an HTTP/2 server, what the server asks
-//! for its pods: a container's log (`logs`), exec sessions (`exec`), attach sessions
-//! (`attach`), connections to a pod's ports (`portforward`), HTTP requests to a pod
-//! (`proxy`), and the node's own endpoints (`node`: `healthz`, the stats summary of `stats`,
-//! `metrics/resource`, `pods`, `containerLogs`).
+//! for its pods: a container's log (`logs`, its lines read with a bound by `log_lines`, a
+//! followed one woken by `log_wake`), exec sessions (`exec`), attach sessions (`attach`),
+//! connections to a pod's ports (`portforward`), HTTP requests to a pod (`proxy`), and the
+//! node's own endpoints (`node`: `healthz`, the stats summary of `stats`, `metrics/resource`,
+//! `pods`, `containerLogs`).
 //!
 //! The same router ([`handle`]) serves the node port (`node_port`, kubelet's 10250 for tools
 //! that dial nodes directly), after that port authenticated and authorized the caller through
@@ -17,6 +18,8 @@
 
 pub(crate) mod attach;
 pub(crate) mod exec;
+pub(crate) mod log_lines;
+pub(crate) mod log_wake;
 pub(crate) mod logs;
 pub(crate) mod node;
 pub(crate) mod node_port;
