@@ -240,7 +240,7 @@ impl AgentArgs {
 /// rotation's pass every second wakes one idle thread after another, so with 10 s every
 /// thread a pod burst started lived on; each kept the allocator's pages it had used, which
 /// only that thread gives back (the idle collect runs on the async workers). An ended thread
-/// leaves them to be collected. After 100 pods: 4 threads instead of 11 and about 3 MiB less
+/// leaves them to be collected. After 100 pods: 4 threads instead of 12 and 3-4 MiB less
 /// (bench/AGENT.md, notes).
 const BLOCKING_THREAD_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(1);
 
