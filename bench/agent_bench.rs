@@ -15,6 +15,12 @@
 //! The agent's resident memory (`VmRSS`, the agent only: conmon and the containers are other
 //! processes) and its cpu time over 30 s (`/proc/PID/stat`): idle after its start, with the
 //! last 100 pods running, and idle again once they are gone.
+//!
+//! `AGENT_BENCH_MEMORY_ONLY=1`: the memory readings alone, for comparing two builds of the
+//! agent in about a minute and a half: one round of 50 pods one after another and 100 at
+//! once, the agent's memory and thread count read after its start, with the 100 pods running
+//! (at once and 15 s later) and 5 s and 35 s after they are gone (each reading also runs `$AGENT_BENCH_PROBE PID` when
+//! set, a script that looks closer); nothing is written.
 
 #[path = "../tests/agent_support/mod.rs"]
 mod agent_support;
@@ -216,6 +222,50 @@ fn mib(rss: Rss) -> String {
     )
 }
 
+/// The agent's thread count, from `/proc/PID/status`.
+fn threads(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Prints the agent's memory and threads at `when`, then runs `$AGENT_BENCH_PROBE PID`.
+fn memory_reading(pid: u32, when: &str) {
+    println!("{when}: {}, {} threads", mib(rss_mib(pid)), threads(pid));
+    if let Some(probe) = std::env::var_os("AGENT_BENCH_PROBE") {
+        let _ = std::process::Command::new(probe)
+            .arg(pid.to_string())
+            .status();
+    }
+}
+
+/// `AGENT_BENCH_MEMORY_ONLY` (module doc).
+async fn memory_only(api: &Api, node_dir: &Path, pid: u32) {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    memory_reading(pid, "after its start");
+    let mut events = watch(api, &list_rv(api).await).await;
+    create(api, "warm-up").await;
+    until_running(&mut events, "warm-up").await;
+    clear(api, node_dir).await;
+    sequential(api, 0).await;
+    clear(api, node_dir).await;
+    let took = burst(api, 0).await;
+    eprintln!("{BURST} at once: {took:?}");
+    // Read at once, as the full run reads it.
+    memory_reading(pid, &format!("{BURST} pods running"));
+    // The same pods once the work of starting them is long over.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    memory_reading(pid, &format!("{BURST} pods running, 15 s later"));
+    clear(api, node_dir).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    memory_reading(pid, "5 s after the pods are gone");
+    tokio::time::sleep(IDLE).await;
+    memory_reading(pid, "35 s after the pods are gone");
+}
+
 /// The agent's cpu time (user + system) in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -275,6 +325,22 @@ fn main() {
     let api = server.api();
     let rt = runtime();
 
+    if std::env::var_os("AGENT_BENCH_MEMORY_ONLY").is_some() {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(memory_only(&api, &agent.node_dir, pid))
+        }));
+        if result.is_err() {
+            eprintln!("agent log:\n{}", agent.logs());
+        }
+        clean_node(&mut agent);
+        if let Some(v) = ip_forward {
+            let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", v);
+        }
+        if let Err(e) = result {
+            std::panic::resume_unwind(e);
+        }
+        return;
+    }
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         rt.block_on(async {
             // Settled after its start: no pod has run yet.

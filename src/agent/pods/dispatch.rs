@@ -128,7 +128,7 @@ impl Dispatcher {
     }
 
     fn on_pod(&mut self, object: Value) {
-        let pod = match Pod::parse(Arc::new(object)) {
+        let pod = match Pod::from_api(object) {
             Ok(pod) => pod,
             Err(e) => {
                 tracing::warn!(component = "pods", "a pod the agent cannot read: {e}");

@@ -200,9 +200,14 @@ impl Objects {
         }
     }
 
-    /// Pod `uid` is gone.
+    /// Pod `uid` is gone: its objects are released, and its tokens forgotten (they were bound
+    /// to the pod, so they are no longer valid; kept until they expired, the tokens of the pods
+    /// that came and went in an hour stayed in memory).
     pub fn remove_pod(&self, uid: &str) {
         self.set_pod(uid, BTreeSet::new());
+        self.tokens
+            .lock()
+            .retain(|request, _| request.pod_uid != uid);
     }
 
     fn release(inner: &mut Inner, uid: &str, key: &ObjectKey) {
@@ -416,6 +421,43 @@ mod tests {
         .map(|(k, n)| (k, n.to_string()))
         .collect();
         assert_eq!(names, want);
+    }
+
+    /// A token bound to a pod is of no use once the pod is gone: it is not kept until it
+    /// expires.
+    #[tokio::test]
+    async fn a_removed_pods_tokens_are_forgotten() {
+        let tls = crate::http_client::TlsConfig::unverified().expect("a TLS config");
+        let servers = Arc::new(crate::failover::Failover::new(Vec::new(), &[], None));
+        let (changed, _changes) = mpsc::channel(1);
+        let objects = Objects::new(
+            ApiClient::new(&tls, servers),
+            changed,
+            CancellationToken::new(),
+        );
+        let request = |pod_uid: &str| TokenRequest {
+            namespace: "ns".into(),
+            service_account: "default".into(),
+            audience: None,
+            expiration_seconds: 3607,
+            pod_name: format!("pod-{pod_uid}"),
+            pod_uid: pod_uid.into(),
+        };
+        let in_an_hour = SystemTime::now() + Duration::from_secs(3600);
+        for uid in ["u1", "u2"] {
+            objects.tokens.lock().insert(
+                request(uid),
+                IssuedToken {
+                    token: format!("token-of-{uid}"),
+                    renew_at: in_an_hour,
+                    expires: in_an_hour,
+                },
+            );
+        }
+        objects.remove_pod("u1");
+        let tokens = objects.tokens.lock();
+        assert!(!tokens.contains_key(&request("u1")));
+        assert!(tokens.contains_key(&request("u2")));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The parts of a Pod object the agent acts on, read once per update into types
 //! ([`Pod`], [`PodSpec`], [`ContainerSpec`]); the raw object stays beside them for what other
-//! parts read themselves (volumes, env sources, probes) and for status.
+//! parts read themselves (volumes, env sources, probes) and for status, less its
+//! `managedFields`, which nothing on the node reads ([`Pod::from_api`]).
 //!
 //! A pod the API no longer has but whose containers or sandbox are still on the node (it was
 //! deleted while the agent was down) is an *orphan*: [`Pod::orphan`] rebuilds what stopping
@@ -218,6 +219,16 @@ pub struct Lifecycle {
 }
 
 impl Pod {
+    /// Reads a Pod object as the API sent it, less what the agent never reads:
+    /// `metadata.managedFields` (server-side apply's record of who set which field), which
+    /// every worker would otherwise keep for the pod's whole life.
+    pub fn from_api(mut object: Value) -> Result<Pod, String> {
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+        }
+        Pod::parse(Arc::new(object))
+    }
+
     /// Reads a Pod object.
     pub fn parse(raw: Arc<Value>) -> Result<Pod, String> {
         let meta = &raw["metadata"];
@@ -372,6 +383,21 @@ mod tests {
             Some("/dev/termination-log")
         );
         assert_eq!(pod.display(), "web_default(u1)");
+    }
+
+    #[test]
+    fn a_pod_from_the_api_keeps_no_managed_fields() {
+        let pod = Pod::from_api(json!({
+            "metadata": {"uid": "u1", "namespace": "default", "name": "web",
+                         "labels": {"app": "web"},
+                         "managedFields": [{"manager": "kubectl", "operation": "Update",
+                                            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]},
+            "spec": {"containers": [{"name": "app", "image": "busybox"}]}
+        }))
+        .unwrap();
+        assert!(pod.raw["metadata"].get("managedFields").is_none());
+        assert_eq!(pod.raw["metadata"]["labels"]["app"], "web");
+        assert_eq!(pod.spec.containers[0].image, "busybox");
     }
 
     #[test]

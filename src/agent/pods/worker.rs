@@ -200,6 +200,11 @@ impl Worker {
     }
 
     /// Runs the pod until it is removed (or `stop`: the agent stops, the pod keeps running).
+    ///
+    /// Each step (a sync pass, the stop, the release, the removal) is boxed while it runs:
+    /// inline, the largest step's state (a pass reaches the sandbox, the image store, the
+    /// runtime and the API) would be part of every pod's task for the pod's whole life,
+    /// though a running pod's worker spends almost all of it waiting.
     pub async fn run(
         mut self,
         mut updates: watch::Receiver<Observed>,
@@ -222,7 +227,7 @@ impl Worker {
                         _ = must_stop(updates.clone()) => None,
                         next = async {
                             let started = std::time::Instant::now();
-                            let next = self.sync_pass().await;
+                            let next = Box::pin(self.sync_pass()).await;
                             METRICS.pod_synced(started.elapsed());
                             next
                         } => Some(next),
@@ -246,7 +251,7 @@ impl Worker {
                         biased;
                         _ = stop.cancelled() => return,
                         shorter = shorter_grace(updates.clone(), grace) => Some(shorter),
-                        () = self.terminate(grace) => None,
+                        () = Box::pin(self.terminate(grace)) => None,
                     };
                     match cut {
                         Some(shorter) => {
@@ -256,13 +261,13 @@ impl Worker {
                             );
                         }
                         None => {
-                            self.release().await;
+                            Box::pin(self.release()).await;
                             self.transition(PodState::Terminated, "its containers stopped");
                         }
                     }
                     continue;
                 }
-                PodState::Terminated => match self.finish().await {
+                PodState::Terminated => match Box::pin(self.finish()).await {
                     Finish::Done => {
                         self.counts.remove(&self.pod.uid);
                         return;

@@ -1,6 +1,7 @@
 //! The probes of one running container: one task, startup first, then liveness and
 //! readiness side by side, each on its own timer, results thresholded as kubelet's prober
-//! workers threshold them (see the module above for the rules).
+//! workers threshold them (see the module above for the rules). A container without probes
+//! gets no task: it is started and ready from the start.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -53,7 +54,9 @@ impl Results {
 pub struct ContainerProbes {
     results: Arc<Mutex<Results>>,
     terminating: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
+    /// `None` for a container without probes: a task with nothing to do would keep its
+    /// memory (the size of every kind of probe's state) until the container stops.
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ContainerProbes {
@@ -82,13 +85,15 @@ impl ContainerProbes {
     /// Whether the probes still run (they end after a liveness or startup failure, until
     /// the container is replaced, or when the update channel is closed).
     pub fn running(&self) -> bool {
-        !self.task.is_finished()
+        self.task.as_ref().is_some_and(|task| !task.is_finished())
     }
 }
 
 impl Drop for ContainerProbes {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }
 
@@ -127,7 +132,8 @@ impl<E: ExecRunner> Prober<E> {
             results: results.clone(),
             started: clock_instant(started_at),
         };
-        let task = tokio::spawn(run.all(specs, watch_terminating));
+        let any = specs.startup.is_some() || specs.liveness.is_some() || specs.readiness.is_some();
+        let task = any.then(|| tokio::spawn(run.all(specs, watch_terminating)));
         ContainerProbes {
             results,
             terminating,
@@ -487,6 +493,23 @@ mod tests {
                 Some(Failure)
             ]
         );
+    }
+
+    /// Most containers have no probe: they count as started and ready at once, and no task
+    /// is kept for them.
+    #[tokio::test(start_paused = true)]
+    async fn a_container_without_probes_is_ready_without_a_task() {
+        let script = Script::new(&[], 0);
+        let (tx, mut rx) = mpsc::channel(16);
+        let prober = Prober::new(script.clone(), tx);
+        let probes = prober.start(target(), &json!({"name": "app"}), SystemTime::now());
+        assert!(probes.task.is_none());
+        assert!(!probes.running());
+        assert!(probes.started() && probes.ready());
+        assert_eq!(probes.result(ProbeKind::Liveness), ProbeResult::Success);
+        drop(prober);
+        drop(probes);
+        assert!(rx.recv().await.is_none(), "no update without a probe");
     }
 
     #[tokio::test(start_paused = true)]
