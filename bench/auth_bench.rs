@@ -17,7 +17,7 @@
 //! Writes the table as Markdown to the path given as the first argument (default
 //! bench/AUTH.md). `AUTH_BENCH_GETS` and `AUTH_BENCH_SECONDS` shorten the runs (a smoke test);
 //! `AUTH_BENCH_PROFILE=gets` or `creates` runs only that load with the service account's token
-//! for a profiler.
+//! (`gets-admin`, `creates-admin` with the admin token) for a profiler.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -366,18 +366,25 @@ fn main() {
         setup.elapsed().as_secs_f64()
     );
 
-    // `AUTH_BENCH_PROFILE=creates` or `gets`: only that load with the service account's token,
-    // for 20 s, on the server whose pid is printed (for `perf record -p`); nothing written.
+    // `AUTH_BENCH_PROFILE=creates` or `gets`: only that load with the service account's token
+    // (`creates-admin`, `gets-admin`: the admin token's), for 20 s, on the server whose pid is
+    // printed (for `perf record -p`); nothing written.
     if let Ok(what) = std::env::var("AUTH_BENCH_PROFILE") {
         println!("profile: server pid {rbac_pid}");
+        let api = if what.ends_with("-admin") {
+            &admin
+        } else {
+            &sa
+        };
         std::thread::sleep(std::time::Duration::from_secs(2));
         rt.block_on(async {
-            if what == "creates" {
-                creates(&sa, "p", 20).await;
+            if what.starts_with("creates") {
+                creates(api, "p", 20).await;
             } else {
                 let start = Instant::now();
                 while start.elapsed().as_secs() < 20 {
-                    cpu_per_get(&sa, rbac_pid, gets).await;
+                    let cpu = cpu_per_get(api, rbac_pid, gets).await;
+                    println!("  CPU/GET {cpu:.1} µs");
                 }
             }
         });

@@ -12,6 +12,8 @@
 //!   (`/api/v1/namespaces/<name>`, `…/status`, `…/finalize`) has its name as the namespace too.
 //! - A list or watch with `fieldSelector=metadata.name=<n>` is about the object `<n>`.
 
+use std::borrow::Cow;
+
 use percent_encoding::percent_decode_str;
 
 /// The attributes of one request.
@@ -37,50 +39,51 @@ const NAMESPACE_SUBRESOURCES: [&str; 2] = ["status", "finalize"];
 
 impl RequestInfo {
     /// The attributes of a request with `method`, `path` (as received, percent-encoded) and
-    /// `query` (the raw query string).
+    /// `query` (the raw query string). The path's segments are read in place (decoded only
+    /// when they hold an escape): only the attributes themselves are allocated.
     pub fn from_request(method: &http::Method, path: &str, query: Option<&str>) -> RequestInfo {
-        let decoded = percent_decode_str(path).decode_utf8_lossy().into_owned();
         let mut info = RequestInfo {
-            path: decoded,
+            path: decoded(path).into_owned(),
             verb: method.as_str().to_ascii_lowercase(),
             ..RequestInfo::default()
         };
-        let segments: Vec<String> = path
-            .trim_matches('/')
-            .split('/')
-            .filter(|_| !path.trim_matches('/').is_empty())
-            .map(|s| percent_decode_str(s).decode_utf8_lossy().into_owned())
-            .collect();
+        let trimmed = path.trim_matches('/');
+        let segments: Vec<&str> = if trimmed.is_empty() {
+            Vec::new()
+        } else {
+            trimmed.split('/').collect()
+        };
         if segments.len() < 3 {
             return info;
         }
-        let prefix = segments[0].as_str();
+        let prefix = decoded(segments[0]);
         if prefix != "api" && prefix != "apis" {
             return info;
         }
-        let mut parts: &[String] = &segments[1..];
+        let mut parts: &[&str] = &segments[1..];
         let mut group = String::new();
         if prefix == "apis" {
             if parts.len() < 3 {
                 return info;
             }
-            group = parts[0].clone();
+            group = decoded(parts[0]).into_owned();
             parts = &parts[1..];
         }
         info.resource_request = true;
-        info.api_prefix = prefix.to_string();
+        info.api_prefix = prefix.into_owned();
         info.api_group = group;
-        info.api_version = parts[0].clone();
+        info.api_version = decoded(parts[0]).into_owned();
         parts = &parts[1..];
 
-        if SPECIAL_VERBS.contains(&parts[0].as_str()) {
+        let first = decoded(parts[0]);
+        if SPECIAL_VERBS.contains(&first.as_ref()) {
             if parts.len() < 2 {
                 // Upstream refuses to name the resource of `/api/v1/watch`: nothing to authorize
                 // as a resource, so it is not one.
                 info.resource_request = false;
                 return info;
             }
-            info.verb = parts[0].clone();
+            info.verb = first.into_owned();
             parts = &parts[1..];
         } else {
             info.verb = match *method {
@@ -94,20 +97,20 @@ impl RequestInfo {
             .to_string();
         }
 
-        if parts[0] == "namespaces" && parts.len() > 1 {
-            info.namespace = parts[1].clone();
-            if parts.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&parts[2].as_str()) {
+        if decoded(parts[0]) == "namespaces" && parts.len() > 1 {
+            info.namespace = decoded(parts[1]).into_owned();
+            if parts.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&decoded(parts[2]).as_ref()) {
                 parts = &parts[2..];
             }
         }
         if parts.len() >= 3 && info.verb != "proxy" {
-            info.subresource = parts[2].clone();
+            info.subresource = decoded(parts[2]).into_owned();
         }
         if parts.len() >= 2 {
-            info.name = parts[1].clone();
+            info.name = decoded(parts[1]).into_owned();
         }
         if !parts.is_empty() {
-            info.resource = parts[0].clone();
+            info.resource = decoded(parts[0]).into_owned();
         }
 
         if info.name.is_empty() && info.verb == "get" {
@@ -131,6 +134,11 @@ impl RequestInfo {
             format!("{}/{}", self.resource, self.subresource)
         }
     }
+}
+
+/// A path or one of its segments, percent-decoded (borrowed when it holds no escape).
+fn decoded(encoded: &str) -> Cow<'_, str> {
+    percent_decode_str(encoded).decode_utf8_lossy()
 }
 
 /// Whether a list asks to watch, and the object name a field selector pins it to.

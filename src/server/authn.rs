@@ -20,6 +20,7 @@ use rustls::server::danger::ClientCertVerifier;
 
 use super::admin_token::AdminToken;
 use super::error::ServerError;
+use crate::auth::service_account::cache::LastToken;
 use crate::auth::service_account::ServiceAccountTokens;
 use crate::auth::token_file::TokenFile;
 use crate::auth::UserInfo;
@@ -33,6 +34,8 @@ pub struct Connection {
     pub client_cert: ClientCert,
     /// The client's address (the audit log's source IP).
     pub peer: Option<std::net::IpAddr>,
+    /// The last service-account token the connection presented, verified.
+    pub last_token: LastToken,
 }
 
 /// A connection's client certificate.
@@ -173,8 +176,9 @@ impl Authenticator {
             return Authenticated::User(user.clone().with_authenticated_group());
         }
         if let Some(service_accounts) = &self.service_accounts {
-            match service_accounts.authenticate(token, &[], chrono::Utc::now().timestamp()) {
-                Ok(who) => return Authenticated::User(who.user),
+            let now = chrono::Utc::now().timestamp();
+            match service_accounts.authenticate_for_api(token, now, &conn.last_token) {
+                Ok(user) => return Authenticated::User(user),
                 Err(e) => {
                     tracing::debug!(component = "server", "service account token refused: {e}")
                 }
@@ -309,6 +313,7 @@ mod tests {
             tls: true,
             client_cert: ClientCert::Valid(cert.clone()),
             peer: None,
+            last_token: LastToken::default(),
         };
         // The certificate counts, whatever token comes with it.
         assert_eq!(
@@ -323,6 +328,7 @@ mod tests {
                 ..cert
             }),
             peer: None,
+            last_token: LastToken::default(),
         };
         assert_eq!(
             authn.authenticate(&expired_meanwhile, &parts(None)),
@@ -341,6 +347,7 @@ mod tests {
             tls: true,
             client_cert: ClientCert::Refused,
             peer: None,
+            last_token: LastToken::default(),
         };
         assert_eq!(
             authn.authenticate(&refused, &parts(None)),

@@ -168,6 +168,7 @@ async fn serve_connection(
             tls: true,
             client_cert,
             peer: Some(peer.ip()),
+            ..Connection::default()
         };
         serve_http(stream, conn, dispatch, limits, shutdown).await
     } else {

@@ -146,33 +146,34 @@ impl Index {
     /// (ClusterRoleBindings first, then the RoleBindings of `namespace` when it is not empty,
     /// each in name order), each once.
     pub fn bindings_for(&self, name: &str, groups: &[String], namespace: &str) -> Vec<&Binding> {
-        let sets = std::iter::once(self.by_user.get(name))
-            .chain(groups.iter().map(|g| self.by_group.get(g.as_str())))
-            .flatten();
-        let mut found: Vec<&Binding> = Vec::new();
-        for by_namespace in sets {
-            found.extend(
-                by_namespace
-                    .get("")
-                    .into_iter()
-                    .flat_map(|b| b.values())
-                    .map(|b| &**b),
-            );
-            if !namespace.is_empty() {
-                found.extend(
-                    by_namespace
-                        .get(namespace)
-                        .into_iter()
-                        .flat_map(|b| b.values())
-                        .map(|b| &**b),
-                );
-            }
+        let mut found: Vec<&Binding> = self.bindings_in(name, groups, "").collect();
+        if !namespace.is_empty() {
+            found.extend(self.bindings_in(name, groups, namespace));
         }
-        // ClusterRoleBindings (empty namespace) first; a binding naming several of the keys
-        // once.
+        // A binding naming several of the keys once.
         found.sort_unstable_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         found.dedup_by(|a, b| std::ptr::eq(*a, *b));
         found
+    }
+
+    /// The bindings of exactly `namespace` (empty: the ClusterRoleBindings) that name the user
+    /// `name` or one of `groups`: the user's in name order, then each group's. A binding that
+    /// names several of them comes once for each; nothing is allocated.
+    pub fn bindings_in<'a, 'q>(
+        &'a self,
+        name: &'q str,
+        groups: &'q [String],
+        namespace: &'q str,
+    ) -> impl Iterator<Item = &'a Binding> + 'q
+    where
+        'a: 'q,
+    {
+        std::iter::once(self.by_user.get(name))
+            .chain(groups.iter().map(|g| self.by_group.get(g.as_str())))
+            .flatten()
+            .filter_map(move |by_namespace| by_namespace.get(namespace))
+            .flat_map(|named| named.values())
+            .map(|binding| &**binding)
     }
 
     /// The rules a binding's role grants, or the error kube-apiserver reports when the role

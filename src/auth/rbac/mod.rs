@@ -74,26 +74,37 @@ impl Authorizer {
             return decision;
         }
         let index = self.cache.fresh();
-        let mut errors = Vec::new();
-        for binding in index.bindings_for(&user.name, &user.groups, &info.namespace) {
-            match index.role_rules(binding) {
-                Ok(rules) => {
-                    if rules.iter().any(|rule| rule.allows(info)) {
-                        let subject = binding
-                            .subjects
-                            .iter()
-                            .position(|s| s.applies_to(user))
-                            .unwrap_or(0);
-                        let reason = binding.allowed_by.get(subject).cloned();
-                        return Decision::Allow(
-                            reason.unwrap_or_else(|| "RBAC: allowed by ".into()),
-                        );
-                    }
+        let mut errors: Vec<(&index::Binding, String)> = Vec::new();
+        // ClusterRoleBindings, then the RoleBindings of the request's namespace: the first
+        // binding (by name) of the first of them that allows the request is the reason. The
+        // bindings come as the index holds them, by subject, unsorted: a binding by a name
+        // before the one found so far is the only one still worth asking.
+        let namespaces = std::iter::once("")
+            .chain((!info.namespace.is_empty()).then_some(info.namespace.as_str()));
+        for namespace in namespaces {
+            let mut allowed_by: Option<&index::Binding> = None;
+            for binding in index.bindings_in(&user.name, &user.groups, namespace) {
+                if allowed_by.is_some_and(|found| found.name <= binding.name) {
+                    continue;
                 }
-                Err(e) => errors.push(e),
+                match index.role_rules(binding) {
+                    Ok(rules) => {
+                        if rules.iter().any(|rule| rule.allows(info)) {
+                            allowed_by = Some(binding);
+                        }
+                    }
+                    Err(e) => errors.push((binding, e)),
+                }
+            }
+            if let Some(binding) = allowed_by {
+                return Decision::Allow(allowed_reason(binding, user));
             }
         }
-        Decision::Deny(aggregate_reason(errors))
+        // The errors in the order of their bindings, as a sorted walk would have met them.
+        errors.sort_by(|(a, _), (b, _)| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        Decision::Deny(aggregate_reason(
+            errors.into_iter().map(|(_, e)| e).collect(),
+        ))
     }
 
     /// Every rule that applies to `user` in `namespace` (only ClusterRoleBindings' when it is
@@ -123,6 +134,21 @@ impl Authorizer {
     pub async fn follow(self: Arc<Self>, stop: CancellationToken) {
         self.cache.follow(stop).await;
     }
+}
+
+/// `RBAC: allowed by <binding> to <subject>`, for the first of the binding's subjects that
+/// names `user` (written when the binding was indexed).
+fn allowed_reason(binding: &index::Binding, user: &UserInfo) -> String {
+    let subject = binding
+        .subjects
+        .iter()
+        .position(|s| s.applies_to(user))
+        .unwrap_or(0);
+    binding
+        .allowed_by
+        .get(subject)
+        .cloned()
+        .unwrap_or_else(|| "RBAC: allowed by ".into())
 }
 
 /// `RBAC: <error>` or `RBAC: [<e1>, <e2>]` (Go's aggregate of distinct errors); empty without

@@ -84,14 +84,19 @@ impl PolicyRule {
         self.api_groups.iter().any(|g| g == ALL || g == group)
     }
 
-    fn resource_matches(&self, combined: &str, subresource: &str) -> bool {
+    /// Whether a rule's resources name `resource` (`resource/subresource` with a
+    /// subresource, `*/subresource` for every resource's), compared without building the
+    /// combined name.
+    fn resource_matches(&self, resource: &str, subresource: &str) -> bool {
         self.resources.iter().any(|r| {
             r == ALL
-                || r == combined
-                || (!subresource.is_empty()
-                    && r.len() == subresource.len() + 2
-                    && r.starts_with("*/")
-                    && r.ends_with(subresource))
+                || if subresource.is_empty() {
+                    r == resource
+                } else {
+                    r.strip_suffix(subresource)
+                        .and_then(|r| r.strip_suffix('/'))
+                        .is_some_and(|head| head == resource || head == ALL)
+                }
         })
     }
 
@@ -108,7 +113,7 @@ impl PolicyRule {
         if info.resource_request {
             self.verb_matches(&info.verb)
                 && self.group_matches(&info.api_group)
-                && self.resource_matches(&info.combined_resource(), &info.subresource)
+                && self.resource_matches(&info.resource, &info.subresource)
                 && self.name_matches(&info.name)
         } else {
             self.verb_matches(&info.verb) && self.url_matches(&info.path)

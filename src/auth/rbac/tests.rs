@@ -187,6 +187,70 @@ fn decisions_and_their_reasons() {
     );
 }
 
+/// The reason is the first allowing binding by name among the ClusterRoleBindings, else among
+/// the namespace's RoleBindings, whichever subject (the user, one of its groups) it names; the
+/// errors of a denial come in the same order.
+#[test]
+fn the_first_allowing_binding_by_name_is_the_reason() {
+    let (store, authz) = setup();
+    let rb = |name: &str, role_kind: &str, role: &str, subject: Value| {
+        put(
+            &store,
+            ROLE_BINDINGS,
+            "a",
+            name,
+            binding(role_kind, role, json!([subject])),
+        );
+    };
+    let user = json!({"kind": "User", "name": "erin", "apiGroup": "rbac.authorization.k8s.io"});
+    let group =
+        json!({"kind": "Group", "name": "testers", "apiGroup": "rbac.authorization.k8s.io"});
+    rb("z-erin", "Role", "pod-reader", user.clone());
+    rb("b-testers", "Role", "pod-reader", group.clone());
+    rb("m-erin", "Role", "pod-reader", user.clone());
+    let erin = UserInfo::new("erin", &["testers", "system:authenticated"]);
+    let pods = req(Method::GET, "/api/v1/namespaces/a/pods");
+    assert_eq!(
+        authz.authorize(&erin, &pods),
+        Decision::Allow(
+            r#"RBAC: allowed by RoleBinding "b-testers/a" of Role "pod-reader" to Group "testers""#
+                .into()
+        )
+    );
+    // A ClusterRoleBinding comes before every RoleBinding, whatever its name.
+    put(
+        &store,
+        CLUSTER_ROLE_BINDINGS,
+        "",
+        "zz-testers-view",
+        binding("ClusterRole", "viewer", json!([group.clone()])),
+    );
+    assert_eq!(
+        authz.authorize(&erin, &pods),
+        Decision::Allow(
+            r#"RBAC: allowed by ClusterRoleBinding "zz-testers-view" of ClusterRole "viewer" to Group "testers""#
+                .into()
+        )
+    );
+    // Bindings to missing roles, named by the user and a group in turn: the errors come by
+    // binding name, each once.
+    let frank = UserInfo::new("frank", &["reviewers"]);
+    let reviewers =
+        json!({"kind": "Group", "name": "reviewers", "apiGroup": "rbac.authorization.k8s.io"});
+    let frank_user =
+        json!({"kind": "User", "name": "frank", "apiGroup": "rbac.authorization.k8s.io"});
+    rb("y-frank", "Role", "gone-1", frank_user);
+    rb("c-reviewers", "Role", "gone-2", reviewers.clone());
+    rb("d-reviewers", "Role", "gone-1", reviewers);
+    assert_eq!(
+        authz.authorize(&frank, &pods),
+        Decision::Deny(
+            r#"RBAC: [role.rbac.authorization.k8s.io "gone-2" not found, role.rbac.authorization.k8s.io "gone-1" not found]"#
+                .into()
+        )
+    );
+}
+
 #[test]
 fn the_index_sees_a_write_as_soon_as_the_store_applied_it() {
     let (store, authz) = setup();

@@ -11,26 +11,29 @@
 //!   with the uids it names: the service account, and the pod or secret it is bound to (a pod
 //!   being deleted past its deletion time no longer counts). A legacy token is accepted only
 //!   while its `kubernetes.io/service-account-token` Secret exists and holds that very token.
-//! - Verified tokens are cached by their SHA-256 (signature and claims, [`cache`]), so a
-//!   request with a known token costs a hash and a few store lookups; the lookups are never
-//!   cached, so deleting the service account or the pod refuses its tokens at once.
+//! - Verified tokens are cached by their SHA-256 ([`cache`]) with their claims read once
+//!   ([`verified`]: the user they are, the store keys of what they name), and each connection
+//!   keeps its last one, so a request with a known token costs a comparison (or a hash), a few
+//!   store lookups by ready keys and a copy of the user; the lookups are never cached, so
+//!   deleting the service account or the pod refuses its tokens on the next request.
 //!
 //! - [`jwt`]: the ES256 compact serialization; [`claims`]: the claim layout.
 
 pub mod cache;
 pub mod claims;
 pub mod jwt;
+pub mod verified;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use self::cache::VerifiedCache;
+use self::cache::{LastToken, VerifiedCache};
 use self::claims::{Claims, Private, Ref, LEGACY_ISSUER};
 use self::jwt::SigningKey;
+use self::verified::{Bound, Existing, Legacy, TokenKind, Verified};
 use super::user::{self, UserInfo};
-use crate::kube::object::ObjectKey;
+use crate::kube::object::ObjectRef;
 use crate::kube::store::Store;
 
 /// The issuer of bound tokens, and the audience the API server accepts (kube-apiserver's
@@ -212,150 +215,142 @@ impl ServiceAccountTokens {
     }
 
     /// The user of `token` at `now`, accepted for one of `audiences` (the server's own,
-    /// [`ISSUER`], when empty).
+    /// [`ISSUER`], when empty): the TokenReview's question.
     pub fn authenticate(
         &self,
         token: &[u8],
         audiences: &[String],
         now: i64,
     ) -> Result<Authenticated, TokenError> {
-        let claims = match self.cache.get(token, now) {
-            Some(claims) => claims,
+        let verified = self.verified(token, now)?;
+        match verified.kind.as_ref().map_err(Clone::clone)? {
+            TokenKind::Legacy(legacy) => Ok(Authenticated {
+                user: self.legacy_holder(token, legacy)?.clone(),
+                audiences: Vec::new(),
+            }),
+            TokenKind::Bound(bound) => {
+                in_time(bound, now)?;
+                let accepted: Vec<String> = if audiences.is_empty() {
+                    bound
+                        .for_the_api
+                        .then(|| ISSUER.to_string())
+                        .into_iter()
+                        .collect()
+                } else {
+                    audiences
+                        .iter()
+                        .filter(|a| bound.audiences.contains(a))
+                        .cloned()
+                        .collect()
+                };
+                if accepted.is_empty() {
+                    return Err(TokenError::Audience(bound.audiences.clone()));
+                }
+                Ok(Authenticated {
+                    user: self.bound_holder(bound, now)?.clone(),
+                    audiences: accepted,
+                })
+            }
+        }
+    }
+
+    /// The user of `token` at `now` for the API itself (audience [`ISSUER`]): what the
+    /// transport asks on every request with a service-account token. A known token costs a
+    /// comparison with the connection's last one (else its hash and a cache lookup), the
+    /// store lookups of what it names and a copy of its user.
+    /// `last` is the connection's last token, asked first and kept up to date.
+    pub fn authenticate_for_api(
+        &self,
+        token: &[u8],
+        now: i64,
+        last: &LastToken,
+    ) -> Result<UserInfo, TokenError> {
+        let verified = match last.get(token, now) {
+            Some(verified) => verified,
             None => {
-                let raw = self.key.verify(token)?;
-                let claims: Claims =
-                    serde_json::from_slice(&raw).map_err(|_| TokenError::Claims)?;
-                let claims = Arc::new(claims);
-                self.cache.insert(token, claims.clone(), now);
-                claims
+                let verified = self.verified(token, now)?;
+                last.set(token, verified.clone());
+                verified
             }
         };
-        if claims.iss == LEGACY_ISSUER {
-            return self.legacy_user(token, &claims);
+        match verified.kind.as_ref().map_err(Clone::clone)? {
+            TokenKind::Legacy(legacy) => self.legacy_holder(token, legacy).cloned(),
+            TokenKind::Bound(bound) => {
+                in_time(bound, now)?;
+                if !bound.for_the_api {
+                    return Err(TokenError::Audience(bound.audiences.clone()));
+                }
+                self.bound_holder(bound, now).cloned()
+            }
         }
-        if claims.iss != ISSUER {
-            return Err(TokenError::Claims);
+    }
+
+    /// `token` with its signature checked and its claims read: from the cache, or verified
+    /// and cached.
+    fn verified(&self, token: &[u8], now: i64) -> Result<Arc<Verified>, TokenError> {
+        if let Some(verified) = self.cache.get(token, now) {
+            return Ok(verified);
         }
-        let exp = claims.exp.ok_or(TokenError::Claims)?;
-        if now > exp.saturating_add(LEEWAY_SECONDS) {
-            return Err(TokenError::Expired);
-        }
-        if claims
-            .nbf
-            .is_some_and(|nbf| now.saturating_add(LEEWAY_SECONDS) < nbf)
-        {
-            return Err(TokenError::NotYetValid);
-        }
-        let accepted: Vec<String> = if audiences.is_empty() {
-            vec![ISSUER.to_string()]
-        } else {
-            audiences.to_vec()
-        }
-        .into_iter()
-        .filter(|a| claims.aud.contains(a))
-        .collect();
-        if accepted.is_empty() {
-            return Err(TokenError::Audience(claims.aud.clone()));
-        }
-        let private = claims.kubernetes.as_ref().ok_or(TokenError::Claims)?;
-        let namespace = private.namespace.as_str();
-        if claims.sub != user::service_account_user(namespace, &private.serviceaccount.name) {
-            return Err(TokenError::Claims);
-        }
-        self.current("serviceaccounts", namespace, &private.serviceaccount)?;
-        let mut extra = BTreeMap::new();
-        if let Some(pod) = &private.pod {
-            let stored = self.current("pods", namespace, pod)?;
+        let raw = self.key.verify(token)?;
+        let claims: Claims = serde_json::from_slice(&raw).map_err(|_| TokenError::Claims)?;
+        let verified = Arc::new(Verified::prepare(claims));
+        self.cache.insert(token, verified.clone(), now);
+        Ok(verified)
+    }
+
+    /// A bound token's user, while the account and the object it is bound to exist with the
+    /// uids it names (and a bound pod is not past its deletion time).
+    fn bound_holder<'a>(&self, bound: &'a Bound, now: i64) -> Result<&'a UserInfo, TokenError> {
+        let holder = bound.holder.as_ref().map_err(Clone::clone)?;
+        self.current(&holder.account)?;
+        if let Some(pod) = &holder.pod {
+            let stored = self.current(pod)?;
             if pod_deleted_by(&stored, now) {
                 return Err(TokenError::Invalidated);
             }
-            extra.insert(EXTRA_POD_NAME.to_string(), vec![pod.name.clone()]);
-            extra.insert(EXTRA_POD_UID.to_string(), vec![pod.uid.clone()]);
         }
-        if let Some(secret) = &private.secret {
-            self.current("secrets", namespace, secret)?;
+        if let Some(secret) = &holder.secret {
+            self.current(secret)?;
         }
-        if let Some(node) = &private.node {
-            extra.insert(EXTRA_NODE_NAME.to_string(), vec![node.name.clone()]);
-            extra.insert(EXTRA_NODE_UID.to_string(), vec![node.uid.clone()]);
-        }
-        if let Some(jti) = &claims.jti {
-            extra.insert(EXTRA_CREDENTIAL_ID.to_string(), vec![format!("JTI={jti}")]);
-        }
-        Ok(Authenticated {
-            user: service_account_user(namespace, &private.serviceaccount, extra),
-            audiences: accepted,
-        })
+        Ok(&holder.user)
     }
 
-    /// A legacy token counts while its Secret exists and holds exactly this token.
-    fn legacy_user(&self, token: &[u8], claims: &Claims) -> Result<Authenticated, TokenError> {
-        let (Some(namespace), Some(secret), Some(name), Some(uid)) = (
-            claims.legacy_namespace.as_deref(),
-            claims.legacy_secret_name.as_deref(),
-            claims.legacy_service_account_name.as_deref(),
-            claims.legacy_service_account_uid.as_deref(),
-        ) else {
-            return Err(TokenError::Claims);
-        };
-        if claims.sub != user::service_account_user(namespace, name) {
-            return Err(TokenError::Claims);
-        }
+    /// A legacy token's user, while its Secret exists and holds exactly this token and the
+    /// account exists.
+    fn legacy_holder<'a>(
+        &self,
+        token: &[u8],
+        legacy: &'a Legacy,
+    ) -> Result<&'a UserInfo, TokenError> {
         let deleted = || TokenError::Deleted {
             kind: "secrets",
-            namespace: namespace.to_string(),
-            name: secret.to_string(),
+            namespace: legacy.secret.namespace.clone(),
+            name: legacy.secret.name.clone(),
         };
-        let stored = self
-            .store
-            .get(&ObjectKey::new("secrets", namespace, secret))
-            .ok_or_else(deleted)?;
+        let stored = self.store.get(&legacy.secret).ok_or_else(deleted)?;
         if stored.is_deleting() {
             return Err(deleted());
         }
-        let value = stored.value();
-        let holds_token = value.get("type").and_then(Value::as_str)
-            == Some(SERVICE_ACCOUNT_TOKEN_TYPE)
-            && value
-                .pointer("/data/token")
-                .and_then(Value::as_str)
-                .and_then(|b64| {
-                    use base64::Engine;
-                    base64::engine::general_purpose::STANDARD.decode(b64).ok()
-                })
-                .is_some_and(|stored_token| stored_token == token);
-        if !holds_token {
+        if !holds_token(&stored.json, token) {
             return Err(TokenError::Invalidated);
         }
-        let account = Ref {
-            name: name.to_string(),
-            uid: uid.to_string(),
-        };
-        self.current("serviceaccounts", namespace, &account)?;
-        Ok(Authenticated {
-            user: service_account_user(namespace, &account, BTreeMap::new()),
-            audiences: Vec::new(),
-        })
+        self.current(&legacy.account)?;
+        Ok(&legacy.user)
     }
 
     /// The stored object `named` if it still has the uid the token names.
-    fn current(
-        &self,
-        resource: &'static str,
-        namespace: &str,
-        named: &Ref,
-    ) -> Result<crate::kube::object::ObjectRef, TokenError> {
+    fn current(&self, named: &Existing) -> Result<ObjectRef, TokenError> {
         let stored = self
             .store
-            .get(&ObjectKey::new(resource, namespace, named.name.as_str()))
+            .get(&named.key)
             .ok_or_else(|| TokenError::Deleted {
-                kind: resource,
-                namespace: namespace.to_string(),
-                name: named.name.clone(),
+                kind: named.resource,
+                namespace: named.key.namespace.clone(),
+                name: named.key.name.clone(),
             })?;
         if stored.uid != named.uid {
             return Err(TokenError::UidMismatch {
-                kind: resource,
+                kind: named.resource,
                 stored: stored.uid.clone(),
                 claimed: named.uid.clone(),
             });
@@ -382,27 +377,49 @@ impl ServiceAccountTokens {
 
 /// The Secret type of legacy service-account tokens.
 pub const SERVICE_ACCOUNT_TOKEN_TYPE: &str = "kubernetes.io/service-account-token";
-pub const EXTRA_POD_NAME: &str = "authentication.kubernetes.io/pod-name";
-pub const EXTRA_POD_UID: &str = "authentication.kubernetes.io/pod-uid";
-pub const EXTRA_NODE_NAME: &str = "authentication.kubernetes.io/node-name";
-pub const EXTRA_NODE_UID: &str = "authentication.kubernetes.io/node-uid";
-pub const EXTRA_CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
-
-fn service_account_user(
-    namespace: &str,
-    account: &Ref,
-    extra: BTreeMap<String, Vec<String>>,
-) -> UserInfo {
-    UserInfo {
-        name: user::service_account_user(namespace, &account.name),
-        uid: account.uid.clone(),
-        groups: vec![
-            user::SERVICE_ACCOUNTS.to_string(),
-            format!("{}:{namespace}", user::SERVICE_ACCOUNTS),
-            user::AUTHENTICATED.to_string(),
-        ],
-        extra,
+/// Whether `now` is within the token's `nbf`..`exp`, with [`LEEWAY_SECONDS`] either side.
+fn in_time(bound: &Bound, now: i64) -> Result<(), TokenError> {
+    if now > bound.exp.saturating_add(LEEWAY_SECONDS) {
+        return Err(TokenError::Expired);
     }
+    if bound
+        .nbf
+        .is_some_and(|nbf| now.saturating_add(LEEWAY_SECONDS) < nbf)
+    {
+        return Err(TokenError::NotYetValid);
+    }
+    Ok(())
+}
+
+/// Whether the stored Secret (its JSON) is a service-account token Secret holding `token`,
+/// read without building the whole value.
+fn holds_token(secret_json: &[u8], token: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Secret<'a> {
+        #[serde(rename = "type", borrow, default)]
+        kind: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        data: Option<Data<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Data<'a> {
+        #[serde(borrow, default)]
+        token: Option<std::borrow::Cow<'a, str>>,
+    }
+    let Ok(secret) = serde_json::from_slice::<Secret>(secret_json) else {
+        return false;
+    };
+    secret.kind.as_deref() == Some(SERVICE_ACCOUNT_TOKEN_TYPE)
+        && secret
+            .data
+            .and_then(|data| data.token)
+            .and_then(|b64| {
+                use base64::Engine;
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64.as_bytes())
+                    .ok()
+            })
+            .is_some_and(|stored| stored == token)
 }
 
 /// Whether the pod is being deleted and its deletion time has passed (kube-apiserver's

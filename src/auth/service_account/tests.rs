@@ -6,9 +6,12 @@ use std::sync::Arc;
 use base64::Engine;
 use serde_json::{json, Value};
 
+use super::cache::LastToken;
 use super::jwt::SigningKey;
+use super::verified::{EXTRA_CREDENTIAL_ID, EXTRA_NODE_NAME, EXTRA_POD_NAME, EXTRA_POD_UID};
 use super::*;
 use crate::kube::mutation::{Mutation, Precondition};
+use crate::kube::object::ObjectKey;
 use crate::kube::store::{Store, StoreConfig};
 
 const NOW: i64 = 1_800_000_000;
@@ -274,6 +277,92 @@ fn claims_it_did_not_make_are_refused() {
                 .authenticate(forge(claims.clone()).as_bytes(), &[], NOW)
                 .is_err(),
             "{claims}"
+        );
+    }
+}
+
+#[test]
+fn a_cached_token_is_refused_on_the_next_request_once_what_it_names_is_gone() {
+    let (store, tokens) = setup();
+    let (token, _) = tokens.issue(&spec(pod_bound()), NOW).unwrap();
+    // One connection's requests: the token is the connection's last one after the first.
+    let connection = LastToken::default();
+    let who = tokens
+        .authenticate_for_api(token.as_bytes(), NOW, &connection)
+        .unwrap();
+    assert_eq!(who.name, "system:serviceaccount:ns:sa");
+    assert_eq!(tokens.cache.len(), 1);
+    // The cached user is handed out again while everything it names exists...
+    assert_eq!(
+        tokens.authenticate_for_api(token.as_bytes(), NOW + 1, &connection),
+        Ok(who.clone())
+    );
+    // ...and never once the pod is gone, though the token stays cached.
+    delete(&store, "pods", "ns", "p");
+    assert!(matches!(
+        tokens.authenticate_for_api(token.as_bytes(), NOW + 2, &connection),
+        Err(TokenError::Deleted { kind: "pods", .. })
+    ));
+    assert_eq!(tokens.cache.len(), 1);
+    put(
+        &store,
+        "pods",
+        "ns",
+        "p",
+        "pod-uid",
+        json!({"spec": {"serviceAccountName": "sa", "nodeName": "n1"}}),
+    );
+    assert_eq!(
+        tokens.authenticate_for_api(token.as_bytes(), NOW + 3, &connection),
+        Ok(who)
+    );
+    delete(&store, "serviceaccounts", "ns", "sa");
+    assert!(matches!(
+        tokens.authenticate_for_api(token.as_bytes(), NOW + 4, &connection),
+        Err(TokenError::Deleted {
+            kind: "serviceaccounts",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn the_api_and_the_token_review_agree() {
+    let (_, tokens) = setup();
+    let (token, exp) = tokens.issue(&spec(pod_bound()), NOW).unwrap();
+    let review = tokens.authenticate(token.as_bytes(), &[], NOW).unwrap();
+    let connection = LastToken::default();
+    assert_eq!(
+        tokens.authenticate_for_api(token.as_bytes(), NOW, &connection),
+        Ok(review.user)
+    );
+    assert_eq!(
+        tokens.authenticate_for_api(token.as_bytes(), exp + 61, &connection),
+        Err(TokenError::Expired)
+    );
+    // A token for another audience is refused by the API, though a review may accept it.
+    let vault = TokenSpec {
+        audiences: vec!["vault".into()],
+        ..spec(None)
+    };
+    let (token, _) = tokens.issue(&vault, NOW).unwrap();
+    assert_eq!(
+        tokens.authenticate_for_api(token.as_bytes(), NOW, &connection),
+        Err(TokenError::Audience(vec!["vault".into()]))
+    );
+    assert!(tokens
+        .authenticate(token.as_bytes(), &["vault".into()], NOW)
+        .is_ok());
+    // Claims that name no one are refused every time, from the cache as well.
+    let forged = tokens
+        .key
+        .sign(&json!({"iss": ISSUER, "sub": "system:serviceaccount:ns:sa",
+                      "aud": [ISSUER], "exp": NOW + 100}))
+        .unwrap();
+    for _ in 0..2 {
+        assert_eq!(
+            tokens.authenticate_for_api(forged.as_bytes(), NOW, &connection),
+            Err(TokenError::Claims)
         );
     }
 }
