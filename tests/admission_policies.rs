@@ -618,39 +618,11 @@ fn the_authorizer_in_expressions_asks_rbac_for_the_writer() {
         ),
     );
     // Bindings become effective as soon as the store applied them; allow for a slow machine.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = kubectl(
-            k,
-            &kc,
-            &[
-                "--as=alice",
-                "-n",
-                "authz",
-                "create",
-                "configmap",
-                "from-alice",
-            ],
-        );
-        let err = stderr(&out);
-        if !out.status.success() && err.contains("user may not list secrets") {
-            assert!(
-                err.contains("ValidatingAdmissionPolicy 'writer-lists-secrets'"),
-                "{err}"
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "alice's ConfigMap was not refused: {err}"
-        );
-        kubectl(
-            k,
-            &kc,
-            &["-n", "authz", "delete", "configmap", "from-alice"],
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let err = refused_eventually(k, &kc, "alice", "from-alice", "user may not list secrets");
+    assert!(
+        err.contains("ValidatingAdmissionPolicy 'writer-lists-secrets'"),
+        "{err}"
+    );
     // bob may list secrets: admitted; so is the admin (system:masters).
     ok(
         k,
@@ -686,37 +658,43 @@ fn the_authorizer_in_expressions_asks_rbac_for_the_writer() {
         &kc,
         &["-n", "authz", "delete", "rolebinding", "builder-pods"],
     );
+    refused_eventually(
+        k,
+        &kc,
+        "bob",
+        "after-revoke",
+        "the builder account may not create pods",
+    );
+}
+
+/// Creates ConfigMap `name` in `authz` as `user` until the write is refused with a message
+/// containing `expected` (a policy or binding change is in force once the store applied it),
+/// deleting what was admitted meanwhile; the refusal's stderr.
+fn refused_eventually(
+    k: &str,
+    kc: &std::path::Path,
+    user: &str,
+    name: &str,
+    expected: &str,
+) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
+    let as_user = format!("--as={user}");
     loop {
         let out = kubectl(
             k,
-            &kc,
-            &[
-                "--as=bob",
-                "-n",
-                "authz",
-                "create",
-                "configmap",
-                "after-revoke",
-            ],
+            kc,
+            &[&as_user, "-n", "authz", "create", "configmap", name],
         );
         let err = stderr(&out);
         if !out.status.success() {
-            assert!(
-                err.contains("the builder account may not create pods"),
-                "{err}"
-            );
-            break;
+            assert!(err.contains(expected), "{err}");
+            return err;
         }
         assert!(
             Instant::now() < deadline,
-            "the revoked binding was never seen"
+            "{user}'s ConfigMap {name} was never refused"
         );
-        kubectl(
-            k,
-            &kc,
-            &["-n", "authz", "delete", "configmap", "after-revoke"],
-        );
+        kubectl(k, kc, &["-n", "authz", "delete", "configmap", name]);
         std::thread::sleep(Duration::from_millis(200));
     }
 }
