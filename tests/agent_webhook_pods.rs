@@ -22,22 +22,21 @@
 
 mod agent_support;
 mod cluster_support;
+mod relayed_agent;
 mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use agent_support::{missing_pod_tools, Agent, PodCleanup};
+use agent_support::{missing_pod_tools, Agent};
 use base64::Engine;
-use cluster_support::Cluster;
+use relayed_agent::{Setup, IMAGE};
 use serde_json::{json, Value};
 use support::aggregated::{self, ProxiedWatch, GROUP, VERSION, WATCH_EVENTS};
 use support::serving_tls::ServingCerts;
 use support::webhook::{self, DENY_MESSAGE};
 use support::{runtime, Api};
 
-const SKIP_ENV: &str = "LITEK8S_SKIP_CONTAINERS";
-const IMAGE: &str = "litek8s.test/busybox:1";
 /// Set in a pod's environment: which server [`serve_in_pod`] runs (`webhook` or `aggregated`).
 const POD_SERVER: &str = "LITEK8S_TEST_POD_SERVER";
 /// The PEM of the serving certificate, its key, and the CA client certificates must chain to.
@@ -89,73 +88,9 @@ fn missing_tools() -> Vec<String> {
     missing
 }
 
-/// The agent's pods, mounts and bridge removed ([`PodCleanup`]), then the host's IP
-/// forwarding setting, which the agent turns on, put back.
-struct Cleanup {
-    _pods: PodCleanup,
-    ip_forward: Option<String>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Some(v) = &self.ip_forward {
-            let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", v);
-        }
-    }
-}
-
-struct Setup {
-    cluster: Cluster,
-    agent: Agent,
-    _cleanup: Cleanup,
-}
-
-/// Three servers and the agent `n1` connected to the second.
+/// The three servers and the agent `n1` on B (`relayed_agent`), with what these tests need.
 fn start() -> Option<Setup> {
-    let missing = missing_tools();
-    if !missing.is_empty() {
-        if std::env::var(SKIP_ENV).as_deref() == Ok("1") {
-            eprintln!("skipping: missing {}", missing.join(", "));
-            return None;
-        }
-        panic!(
-            "pod tests need {} (tests/run-all.sh installs them, or set {SKIP_ENV}=1)",
-            missing.join(", ")
-        );
-    }
-    let pid = std::process::id();
-    let bridge = format!("lk8w{}", pid % 1_000_000);
-    let cidr = format!("10.{}.{}.0/24", 200 + (pid % 10), pid % 250);
-    let mut cluster = Cluster::start_with(0, 100);
-    for _ in 0..3 {
-        let i = cluster.add_stopped_member();
-        let mut cmd = cluster.command(i);
-        cmd.arg("--cluster-cidr").arg(&cidr);
-        cluster.spawn_command(i, cmd);
-        cluster.wait_ready(i);
-    }
-    let agent = Agent::new(
-        "n1",
-        &cluster.url(1),
-        Some(&cluster.token()),
-        &["--cni-bridge", &bridge],
-    );
-    let cleanup = Cleanup {
-        _pods: PodCleanup {
-            node_dir: agent.node_dir.clone(),
-            root: agent.root.clone(),
-            bridge,
-        },
-        ip_forward: std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").ok(),
-    };
-    agent_support::place_test_image(&agent.node_dir, IMAGE);
-    let mut agent = agent;
-    agent.start();
-    Some(Setup {
-        cluster,
-        agent,
-        _cleanup: cleanup,
-    })
+    relayed_agent::start(missing_tools(), "lk8w", 200)
 }
 
 /// Polls `f` every 200 ms until it gives a value; panics after `limit` with `what` and the
