@@ -136,6 +136,23 @@ impl ServiceHttp {
         Ok(sender)
     }
 
+    /// Sends `request` (its URI a path) to `target` on a kept or new connection: the
+    /// connection and the answer's head.
+    async fn exchange(
+        &self,
+        ctx: &ApiContext,
+        target: &ServiceTarget,
+        request: Request<Full<Bytes>>,
+    ) -> Result<(Sender, Response<Incoming>), ServiceHttpError> {
+        let request = prepare(target, request);
+        let mut sender = self.sender(ctx, target).await?;
+        let answer = sender
+            .send_request(request)
+            .await
+            .map_err(|e| ServiceHttpError::Http(e.to_string()))?;
+        Ok((sender, answer))
+    }
+
     /// Sends `request` (its URI a path) to `target` and returns the whole answer within
     /// `limits`; the connection is kept for the next request.
     pub async fn send(
@@ -145,13 +162,8 @@ impl ServiceHttp {
         request: Request<Full<Bytes>>,
         limits: Limits,
     ) -> Result<Response<Bytes>, ServiceHttpError> {
-        let request = prepare(target, request);
         let exchange = async {
-            let mut sender = self.sender(ctx, target).await?;
-            let answer = sender
-                .send_request(request)
-                .await
-                .map_err(|e| ServiceHttpError::Http(e.to_string()))?;
+            let (sender, answer) = self.exchange(ctx, target, request).await?;
             let (parts, body) = answer.into_parts();
             let body = Limited::new(body, limits.max_body)
                 .collect()
@@ -183,18 +195,10 @@ impl ServiceHttp {
         request: Request<Full<Bytes>>,
         head_timeout: Duration,
     ) -> Result<Response<ApiBody>, ServiceHttpError> {
-        let request = prepare(target, request);
-        let exchange = async {
-            let mut sender = self.sender(ctx, target).await?;
-            let answer = sender
-                .send_request(request)
+        let (sender, answer) =
+            tokio::time::timeout(head_timeout, self.exchange(ctx, target, request))
                 .await
-                .map_err(|e| ServiceHttpError::Http(e.to_string()))?;
-            Ok::<_, ServiceHttpError>((sender, answer))
-        };
-        let (sender, answer) = tokio::time::timeout(head_timeout, exchange)
-            .await
-            .map_err(|_| ServiceHttpError::Timeout(head_timeout))??;
+                .map_err(|_| ServiceHttpError::Timeout(head_timeout))??;
         let (parts, body) = answer.into_parts();
         let body = KeepWhenDone {
             body,
