@@ -105,14 +105,19 @@ mod tests {
         Service::from_json(&object, &mut Vec::new()).expect("a Service with a ClusterIP")
     }
 
+    /// `default/kubernetes`, as the bootstrap controller makes it.
+    fn api_server() -> Service {
+        service(
+            "default",
+            "kubernetes",
+            json!({"clusterIP": "10.43.0.1", "ports": [{"name": "https", "port": 443}]}),
+        )
+    }
+
     #[test]
     fn kubelets_variables_for_the_namespace_and_the_api_server() {
         let services = [
-            service(
-                "default",
-                "kubernetes",
-                json!({"clusterIP": "10.43.0.1", "ports": [{"name": "https", "port": 443}]}),
-            ),
+            api_server(),
             service(
                 "shop",
                 "web-front",
@@ -159,11 +164,7 @@ mod tests {
     #[test]
     fn without_links_only_the_api_server_with_links_the_namespace_wins() {
         let services = [
-            service(
-                "default",
-                "kubernetes",
-                json!({"clusterIP": "10.43.0.1", "ports": [{"name": "https", "port": 443}]}),
-            ),
+            api_server(),
             service(
                 "shop",
                 "kubernetes",
