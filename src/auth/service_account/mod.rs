@@ -24,6 +24,7 @@ pub mod claims;
 pub mod jwt;
 pub mod verified;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -299,18 +300,30 @@ impl ServiceAccountTokens {
     }
 
     /// A bound token's user, while the account and the object it is bound to exist with the
-    /// uids it names (and a bound pod is not past its deletion time).
+    /// uids it names (and a bound pod is not past its deletion time). The lookups are skipped
+    /// while the store has applied no write since they last found everything in place
+    /// (unless the pod is being deleted: its deletion time passes without a write).
     fn bound_holder<'a>(&self, bound: &'a Bound, now: i64) -> Result<&'a UserInfo, TokenError> {
         let holder = bound.holder.as_ref().map_err(Clone::clone)?;
+        // Read before the lookups, so what they find is at least this recent.
+        let version = self.store.resource_version();
+        if holder.confirmed_at.load(Ordering::Acquire) == version {
+            return Ok(&holder.user);
+        }
         self.current(&holder.account)?;
+        let mut lasting = true;
         if let Some(pod) = &holder.pod {
             let stored = self.current(pod)?;
             if pod_deleted_by(&stored, now) {
                 return Err(TokenError::Invalidated);
             }
+            lasting = !stored.is_deleting();
         }
         if let Some(secret) = &holder.secret {
             self.current(secret)?;
+        }
+        if lasting {
+            holder.confirmed_at.store(version, Ordering::Release);
         }
         Ok(&holder.user)
     }

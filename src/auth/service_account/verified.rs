@@ -7,6 +7,7 @@
 //! that is asked of the store on every request (`super::ServiceAccountTokens`).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
 
 use super::claims::{Claims, Ref, LEGACY_ISSUER};
 use super::{TokenError, ISSUER};
@@ -57,6 +58,9 @@ pub struct Holder {
     pub pod: Option<Existing>,
     pub secret: Option<Existing>,
     pub user: UserInfo,
+    /// The store's resourceVersion when the objects above were last found as the token names
+    /// them (`u64::MAX`: not yet). While the store has not moved past it, they still are.
+    pub confirmed_at: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -142,6 +146,7 @@ fn holder(claims: &Claims) -> Result<Holder, TokenError> {
             .as_ref()
             .map(|secret| Existing::new("secrets", namespace, secret)),
         user: service_account_user(namespace, &private.serviceaccount, extra),
+        confirmed_at: AtomicU64::new(u64::MAX),
     })
 }
 
