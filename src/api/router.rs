@@ -23,9 +23,7 @@ use super::{
     subresource, update, watch, ApiBody, ApiContext, UserInfo,
 };
 use crate::audit;
-use crate::auth::attributes::RequestInfo;
 use crate::auth::impersonation::{self, Refused};
-use crate::auth::rbac::Decision;
 
 fn header_str<B>(req: &Request<B>, name: header::HeaderName) -> String {
     req.headers()
@@ -71,19 +69,15 @@ where
     if user.is_master() {
         audit::note_decision(&req, true, "");
     } else {
-        let mut info = RequestInfo::from_request(req.method(), &path, req.uri().query());
-        let mut decision = ctx.authorizer.authorize(&user, &info);
-        // A WebSocket exec, attach or port-forward is a GET, but it runs a command (types
-        // into one, opens connections in a pod) as a POST does: it needs `create` as well, as
-        // kube-apiserver asks, so `get pods/exec` alone never runs anything.
-        let session = matches!(info.subresource.as_str(), "exec" | "attach" | "portforward");
-        if decision.allowed() && info.verb == "get" && session {
-            info.verb = "create".into();
-            decision = ctx.authorizer.authorize(&user, &info);
-        }
-        audit::note_decision(&req, decision.allowed(), decision.reason());
-        if let Decision::Deny(reason) = decision {
-            return ApiError::denied(&user.name, &info, &reason).into_response();
+        match ctx
+            .authorizer
+            .authorize_request(&user, req.method(), &path, req.uri().query())
+        {
+            Ok(reason) => audit::note_decision(&req, true, &reason),
+            Err(denied) => {
+                audit::note_decision(&req, false, &denied.reason);
+                return ApiError::denied(&user.name, &denied.info, &denied.reason).into_response();
+            }
         }
     }
     // A group version an aggregated API server registered: everything under it is its own

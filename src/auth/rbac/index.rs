@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use super::memo::DecisionMemo;
 use super::rule::PolicyRule;
 use crate::auth::user::service_account_user;
 use crate::kube::derived::{Derived, FromStore};
@@ -136,6 +137,8 @@ pub struct Index {
     /// The bindings naming each user (a service account by its user name), and each group.
     by_user: HashMap<String, ByNamespace>,
     by_group: HashMap<String, ByNamespace>,
+    /// The requests these objects allowed, with their reasons.
+    pub memo: DecisionMemo,
 }
 
 /// Bindings by namespace (empty for ClusterRoleBindings), then by name.
@@ -202,6 +205,7 @@ impl Index {
     }
 
     fn apply(&mut self, kind: EventKind, object: &StoredObject) {
+        self.memo.clear();
         let key = &object.key;
         let id = (key.namespace.clone(), key.name.clone());
         let deleted = kind == EventKind::Deleted;

@@ -6,10 +6,12 @@
 //!
 //! - [`rule`]: one PolicyRule: matching a request, covering other rules;
 //! - [`index`]: the store's RBAC objects by subject, kept fresh from the store's watch;
+//! - [`memo`]: the requests RBAC allowed, remembered until an RBAC object changes;
 //! - [`escalation`]: a Role or binding may grant only what its writer holds.
 
 pub mod escalation;
 pub mod index;
+pub mod memo;
 pub mod rule;
 
 use std::sync::Arc;
@@ -19,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use self::index::RbacCache;
 use self::rule::PolicyRule;
 use super::attributes::RequestInfo;
+use super::node;
 use super::user::UserInfo;
 use crate::kube::store::Store;
 
@@ -42,6 +45,13 @@ impl Decision {
             Decision::Allow(r) | Decision::Deny(r) => r,
         }
     }
+}
+
+/// A request the authorizer refused: its attributes (for the 403's text) and the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denied {
+    pub info: RequestInfo,
+    pub reason: String,
 }
 
 /// The rules that apply to a user in a namespace, and the errors met resolving them.
@@ -73,38 +83,57 @@ impl Authorizer {
         if let Some(decision) = super::node::authorize(self.cache.store(), user, info) {
             return decision;
         }
+        rbac_decision(&self.cache.fresh(), user, info)
+    }
+
+    /// Whether `user` may send the API request `method` `path`?`query`: the reason it is
+    /// allowed, or the request's attributes and the reason it is not ([`Denied`]). RBAC's allowing
+    /// answers are remembered ([`memo`]) until an RBAC object changes, so a repeated request
+    /// costs a lookup instead of reading its attributes and the caller's bindings.
+    pub fn authorize_request(
+        &self,
+        user: &UserInfo,
+        method: &http::Method,
+        path: &str,
+        query: Option<&str>,
+    ) -> Result<Arc<str>, Box<Denied>> {
+        let request = memo::Request {
+            user,
+            method,
+            path,
+            query,
+        };
+        let rbac_only = node::node_name(user).is_none();
         let index = self.cache.fresh();
-        let mut errors: Vec<(&index::Binding, String)> = Vec::new();
-        // ClusterRoleBindings, then the RoleBindings of the request's namespace: the first
-        // binding (by name) of the first of them that allows the request is the reason. The
-        // bindings come as the index holds them, by subject, unsorted: a binding by a name
-        // before the one found so far is the only one still worth asking.
-        let namespaces = std::iter::once("")
-            .chain((!info.namespace.is_empty()).then_some(info.namespace.as_str()));
-        for namespace in namespaces {
-            let mut allowed_by: Option<&index::Binding> = None;
-            for binding in index.bindings_in(&user.name, &user.groups, namespace) {
-                if allowed_by.is_some_and(|found| found.name <= binding.name) {
-                    continue;
-                }
-                match index.role_rules(binding) {
-                    Ok(rules) => {
-                        if rules.iter().any(|rule| rule.allows(info)) {
-                            allowed_by = Some(binding);
-                        }
-                    }
-                    Err(e) => errors.push((binding, e)),
-                }
-            }
-            if let Some(binding) = allowed_by {
-                return Decision::Allow(allowed_reason(binding, user));
+        if rbac_only {
+            if let Some(reason) = index.memo.allowed(&request) {
+                return Ok(reason);
             }
         }
-        // The errors in the order of their bindings, as a sorted walk would have met them.
-        errors.sort_by(|(a, _), (b, _)| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        Decision::Deny(aggregate_reason(
-            errors.into_iter().map(|(_, e)| e).collect(),
-        ))
+        let mut info = RequestInfo::from_request(method, path, query);
+        let decide = |info: &RequestInfo| match node::authorize(self.cache.store(), user, info) {
+            Some(decision) => decision,
+            None => rbac_decision(&index, user, info),
+        };
+        let mut decision = decide(&info);
+        // A WebSocket exec, attach or port-forward is a GET, but it runs a command (types
+        // into one, opens connections in a pod) as a POST does: it needs `create` as well, as
+        // kube-apiserver asks, so `get pods/exec` alone never runs anything.
+        let session = matches!(info.subresource.as_str(), "exec" | "attach" | "portforward");
+        if decision.allowed() && info.verb == "get" && session {
+            info.verb = "create".into();
+            decision = decide(&info);
+        }
+        match decision {
+            Decision::Allow(reason) => {
+                let reason: Arc<str> = reason.into();
+                if rbac_only {
+                    index.memo.remember(&request, reason.clone());
+                }
+                Ok(reason)
+            }
+            Decision::Deny(reason) => Err(Box::new(Denied { info, reason })),
+        }
     }
 
     /// Every rule that applies to `user` in `namespace` (only ClusterRoleBindings' when it is
@@ -134,6 +163,41 @@ impl Authorizer {
     pub async fn follow(self: Arc<Self>, stop: CancellationToken) {
         self.cache.follow(stop).await;
     }
+}
+
+/// RBAC's decision on `info` for `user` (not a member of `system:masters`) over `index`:
+/// ClusterRoleBindings, then the RoleBindings of the request's namespace; the first binding
+/// (by name) of the first of them that allows the request is the reason.
+fn rbac_decision(index: &index::Index, user: &UserInfo, info: &RequestInfo) -> Decision {
+    let mut errors: Vec<(&index::Binding, String)> = Vec::new();
+    // The bindings come as the index holds them, by subject, unsorted: a binding by a name
+    // before the one found so far is the only one still worth asking.
+    let namespaces =
+        std::iter::once("").chain((!info.namespace.is_empty()).then_some(info.namespace.as_str()));
+    for namespace in namespaces {
+        let mut allowed_by: Option<&index::Binding> = None;
+        for binding in index.bindings_in(&user.name, &user.groups, namespace) {
+            if allowed_by.is_some_and(|found| found.name <= binding.name) {
+                continue;
+            }
+            match index.role_rules(binding) {
+                Ok(rules) => {
+                    if rules.iter().any(|rule| rule.allows(info)) {
+                        allowed_by = Some(binding);
+                    }
+                }
+                Err(e) => errors.push((binding, e)),
+            }
+        }
+        if let Some(binding) = allowed_by {
+            return Decision::Allow(allowed_reason(binding, user));
+        }
+    }
+    // The errors in the order of their bindings, as a sorted walk would have met them.
+    errors.sort_by(|(a, _), (b, _)| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    Decision::Deny(aggregate_reason(
+        errors.into_iter().map(|(_, e)| e).collect(),
+    ))
 }
 
 /// `RBAC: allowed by <binding> to <subject>`, for the first of the binding's subjects that

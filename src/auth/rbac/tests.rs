@@ -282,6 +282,66 @@ fn the_index_sees_a_write_as_soon_as_the_store_applied_it() {
 }
 
 #[test]
+fn a_remembered_decision_lasts_only_until_an_rbac_object_changes() {
+    let (store, authz) = setup();
+    let alice = UserInfo::new("alice", &["system:authenticated"]);
+    let path = "/api/v1/namespaces/a/pods";
+    let ask = |user: &UserInfo, method: &Method, query: Option<&str>| {
+        authz
+            .authorize_request(user, method, path, query)
+            .map_err(|denied| (denied.info.verb, Decision::Deny(denied.reason)))
+    };
+    let allowed =
+        r#"RBAC: allowed by RoleBinding "alice-reads/a" of Role "pod-reader" to User "alice""#;
+    assert_eq!(ask(&alice, &Method::GET, None).as_deref(), Ok(allowed));
+    // Asked again, and remembered: the same answer.
+    assert_eq!(ask(&alice, &Method::GET, None).as_deref(), Ok(allowed));
+    // A create and a watch are other requests: the role allows neither.
+    assert_eq!(
+        ask(&alice, &Method::POST, None),
+        Err(("create".to_string(), Decision::Deny(String::new())))
+    );
+    assert_eq!(
+        ask(&alice, &Method::GET, Some("watch=true")),
+        Err(("watch".to_string(), Decision::Deny(String::new())))
+    );
+    // Another RBAC object changes: the memo is forgotten with it, and the next answer is
+    // the objects' own (the role is gone).
+    store
+        .apply(Mutation::Delete {
+            key: ObjectKey::new(ROLES, "a", "pod-reader"),
+            precondition: Default::default(),
+        })
+        .unwrap();
+    assert_eq!(
+        ask(&alice, &Method::GET, None),
+        Err((
+            "list".to_string(),
+            Decision::Deny(r#"RBAC: role.rbac.authorization.k8s.io "pod-reader" not found"#.into())
+        ))
+    );
+    // A WebSocket exec is a GET that needs `create` too: asked and remembered as one.
+    put(
+        &store,
+        CLUSTER_ROLE_BINDINGS,
+        "",
+        "alice-views",
+        binding(
+            "ClusterRole",
+            "viewer",
+            json!([{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}]),
+        ),
+    );
+    let exec = "/api/v1/namespaces/a/pods/p/exec";
+    for _ in 0..2 {
+        let denied = authz
+            .authorize_request(&alice, &Method::GET, exec, Some("command=ls"))
+            .map_err(|denied| denied.info.verb);
+        assert_eq!(denied, Err("create".to_string()));
+    }
+}
+
+#[test]
 fn rules_for_a_user() {
     let (_store, authz) = setup();
     let alice = UserInfo::new("alice", &["devs"]);
