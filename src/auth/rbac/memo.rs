@@ -10,11 +10,12 @@
 //! (a refusal needs the request's attributes for its message, and is rare on a hot path), and
 //! only RBAC's own: the Node authorizer reads pods, which change without RBAC knowing.
 //!
-//! Bounded by [`CAPACITY`] entries (about 300 bytes each); when full it starts over, so an
-//! unbounded variety of paths (every object's name) costs a recomputation, never memory.
+//! Bounded by [`CAPACITY`] entries (about 200 bytes each); when full, one entry makes room
+//! for the next, so an unbounded variety of paths (every object's name) costs recomputations,
+//! never memory.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::Arc;
 
 use http::Method;
@@ -26,23 +27,29 @@ use crate::auth::user::UserInfo;
 pub const CAPACITY: usize = 1024;
 
 /// One remembered request: everything a decision was made from, compared in full on a hit
-/// (the map's key is only a hash).
+/// (the map's key is only a hash), in one allocation: the user's name, each group, the
+/// method, the path and the query, each followed by a NUL. None of them holds a NUL (a
+/// request whose user does is never remembered), so the key reads back as exactly one list.
 struct Remembered {
-    user: String,
-    groups: Vec<String>,
-    method: Method,
-    path: String,
-    query: String,
+    key: Box<str>,
     reason: Arc<str>,
 }
 
 impl Remembered {
     fn is(&self, request: &Request<'_>) -> bool {
-        self.method == *request.method
-            && self.path == request.path
-            && self.query == request.query.unwrap_or("")
-            && self.user == request.user.name
-            && self.groups == request.user.groups
+        let mut rest = self.key.as_ref();
+        request.parts().all(|part| {
+            match rest
+                .strip_prefix(part)
+                .and_then(|after| after.strip_prefix('\0'))
+            {
+                Some(after) => {
+                    rest = after;
+                    true
+                }
+                None => false,
+            }
+        }) && rest.is_empty()
     }
 }
 
@@ -55,14 +62,37 @@ pub struct Request<'a> {
 }
 
 impl Request<'_> {
+    /// What a decision is made from, in order: the user's name, its groups, the method, the
+    /// path and the query.
+    fn parts(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.user.name.as_str())
+            .chain(self.user.groups.iter().map(String::as_str))
+            .chain([self.method.as_str(), self.path, self.query.unwrap_or("")])
+    }
+
+    /// Whether the request can be told apart from every other by its key: none of its parts
+    /// holds the separator. (A path, query and method cannot; a name or group from a client
+    /// certificate or the token file could.)
+    fn rememberable(&self) -> bool {
+        self.parts().all(|part| !part.contains('\0'))
+    }
+
     fn hash_with(&self, state: &RandomState) -> u64 {
         let mut hasher = state.build_hasher();
-        self.user.name.hash(&mut hasher);
-        self.user.groups.hash(&mut hasher);
-        self.method.hash(&mut hasher);
-        self.path.hash(&mut hasher);
-        self.query.unwrap_or("").hash(&mut hasher);
+        for part in self.parts() {
+            hasher.write(part.as_bytes());
+            hasher.write_u8(0);
+        }
         hasher.finish()
+    }
+
+    fn key(&self) -> Box<str> {
+        let mut key = String::with_capacity(self.parts().map(|p| p.len() + 1).sum());
+        for part in self.parts() {
+            key.push_str(part);
+            key.push('\0');
+        }
+        key.into_boxed_str()
     }
 }
 
@@ -79,9 +109,27 @@ struct Entries {
     count: usize,
 }
 
+impl Entries {
+    fn forget_one(&mut self) {
+        let Some(&hash) = self.by_hash.keys().next() else {
+            return;
+        };
+        if let Some(same) = self.by_hash.get_mut(&hash) {
+            same.pop();
+            self.count -= 1;
+            if same.is_empty() {
+                self.by_hash.remove(&hash);
+            }
+        }
+    }
+}
+
 impl DecisionMemo {
     /// The reason RBAC gave when it allowed `request` before, if it did.
     pub fn allowed(&self, request: &Request<'_>) -> Option<Arc<str>> {
+        if !request.rememberable() {
+            return None;
+        }
         let hash = request.hash_with(&self.hashes);
         let entries = self.entries.lock();
         entries
@@ -92,23 +140,26 @@ impl DecisionMemo {
             .map(|entry| entry.reason.clone())
     }
 
-    /// Remembers that RBAC allowed `request` for `reason`.
+    /// Remembers that RBAC allowed `request` for `reason`. A full memo forgets one entry
+    /// first, whichever the map yields first.
     pub fn remember(&self, request: &Request<'_>, reason: Arc<str>) {
-        let hash = request.hash_with(&self.hashes);
-        let mut entries = self.entries.lock();
-        if entries.count >= CAPACITY {
-            *entries = Entries::default();
-        }
-        let same_hash = entries.by_hash.entry(hash).or_default();
-        if same_hash.iter().any(|entry| entry.is(request)) {
+        if !request.rememberable() {
             return;
         }
-        same_hash.push(Remembered {
-            user: request.user.name.clone(),
-            groups: request.user.groups.clone(),
-            method: request.method.clone(),
-            path: request.path.to_string(),
-            query: request.query.unwrap_or("").to_string(),
+        let hash = request.hash_with(&self.hashes);
+        let mut entries = self.entries.lock();
+        if entries
+            .by_hash
+            .get(&hash)
+            .is_some_and(|same| same.iter().any(|e| e.is(request)))
+        {
+            return;
+        }
+        if entries.count >= CAPACITY {
+            entries.forget_one();
+        }
+        entries.by_hash.entry(hash).or_default().push(Remembered {
+            key: request.key(),
             reason,
         });
         entries.count += 1;
@@ -179,21 +230,39 @@ mod tests {
     }
 
     #[test]
-    fn it_starts_over_when_full_and_when_cleared() {
+    fn a_full_memo_makes_room_and_a_cleared_one_is_empty() {
         let mut memo = DecisionMemo::default();
         let alice = UserInfo::new("alice", &[]);
-        let paths: Vec<String> = (0..=CAPACITY).map(|i| format!("/api/v1/x{i}")).collect();
-        for path in &paths[..CAPACITY] {
+        let paths: Vec<String> = (0..CAPACITY + 10)
+            .map(|i| format!("/api/v1/x{i}"))
+            .collect();
+        for path in &paths {
             memo.remember(&request(&alice, path, None), Arc::from("r"));
         }
         assert_eq!(memo.len(), CAPACITY);
-        memo.remember(&request(&alice, &paths[CAPACITY], None), Arc::from("r"));
-        assert_eq!(memo.len(), 1, "a full memo starts over");
-        assert!(memo.allowed(&request(&alice, &paths[0], None)).is_none());
+        let held = paths
+            .iter()
+            .filter(|path| memo.allowed(&request(&alice, path, None)).is_some())
+            .count();
+        assert_eq!(held, CAPACITY);
         assert!(memo
-            .allowed(&request(&alice, &paths[CAPACITY], None))
+            .allowed(&request(&alice, &paths[CAPACITY + 9], None))
             .is_some());
         memo.clear();
         assert_eq!(memo.len(), 0);
+        assert!(memo.allowed(&request(&alice, &paths[0], None)).is_none());
+    }
+
+    #[test]
+    fn parts_cannot_pass_for_one_another() {
+        let memo = DecisionMemo::default();
+        // The same strings, cut differently: a name holding the separator is never asked
+        // about nor remembered.
+        let joined = UserInfo::new("alice\0dev", &[]);
+        let split = UserInfo::new("alice", &["dev"]);
+        memo.remember(&request(&split, "/api", None), Arc::from("r"));
+        assert!(memo.allowed(&request(&joined, "/api", None)).is_none());
+        memo.remember(&request(&joined, "/x", None), Arc::from("r"));
+        assert_eq!(memo.len(), 1);
     }
 }
