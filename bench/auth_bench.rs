@@ -9,7 +9,9 @@
 //! - the server's CPU (utime + stime of `/proc/<pid>/stat`) per GET of one ConfigMap at 16
 //!   connections, with the admin token (`system:masters`: no RBAC) and with a service account's
 //!   bound token from the TokenRequest API whose access comes through one of the 1,000
-//!   RoleBindings (the JWT checked, then RBAC asked);
+//!   RoleBindings (the JWT checked, then RBAC asked); then the same over 5,000 ConfigMaps in
+//!   turn, more distinct requests than the server remembers decisions for (each one decided
+//!   afresh: the cost without the memo);
 //! - ConfigMap creates/s at 64 connections with the admin token on a server without extra RBAC
 //!   objects and on one with the 1,000 Roles and bindings, and with the service account's
 //!   token on the latter.
@@ -44,6 +46,11 @@ const NAMESPACES: usize = 50;
 const GET_CONNS: usize = 16;
 const CREATE_CONNS: usize = 64;
 const ROUNDS: usize = 3;
+/// ConfigMaps the spread GETs go round: more distinct requests than the server remembers
+/// RBAC decisions for (`auth::rbac::memo::CAPACITY`), so every one is decided afresh.
+const SPREAD: usize = 5_000;
+/// Alternating slices of each CPU-per-GET comparison.
+const SLICES: usize = 10;
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -254,17 +261,23 @@ async fn service_account_token(api: &Api) -> String {
         .to_string()
 }
 
-/// `total` GETs of `path` from `conns` connections; answers the errors (anything but 200).
-async fn get_load(api: &Api, path: &str, conns: usize, total: usize) -> usize {
+/// `total` GETs from `conns` connections, going round `paths`; answers the errors (anything
+/// but 200).
+async fn get_load(api: &Api, paths: &Arc<Vec<String>>, conns: usize, total: usize) -> usize {
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..conns {
-        let (api, next, path) = (api.clone(), next.clone(), path.to_string());
+        let (api, next, paths) = (api.clone(), next.clone(), paths.clone());
         tasks.push(tokio::spawn(async move {
             let mut conn = api.connect().await.expect("connect");
             let mut errors = 0;
-            while next.fetch_add(1, Ordering::Relaxed) < total {
-                match conn.request("GET", &path, None, bytes::Bytes::new()).await {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= total {
+                    break;
+                }
+                let path = &paths[n % paths.len()];
+                match conn.request("GET", path, None, bytes::Bytes::new()).await {
                     Ok(resp) if resp.status == 200 => {}
                     Ok(_) => errors += 1,
                     Err(_) => {
@@ -283,14 +296,71 @@ async fn get_load(api: &Api, path: &str, conns: usize, total: usize) -> usize {
     errors
 }
 
-/// Server CPU per GET in microseconds over `total` GETs with `api`'s token.
-async fn cpu_per_get(api: &Api, pid: u32, total: usize) -> f64 {
-    let path = format!("/api/v1/namespaces/{NS}/configmaps/target");
+/// Server CPU per GET in microseconds over `total` GETs of `paths` with `api`'s token.
+async fn cpu_per_get(api: &Api, pid: u32, paths: &Arc<Vec<String>>, total: usize) -> f64 {
     let before = cpu_ticks(pid);
-    let errors = get_load(api, &path, GET_CONNS, total).await;
+    let errors = get_load(api, paths, GET_CONNS, total).await;
     let ticks = cpu_ticks(pid) - before;
     assert_eq!(errors, 0, "GETs answered other than 200");
     ticks as f64 / ticks_per_second() / total as f64 * 1e6
+}
+
+/// Server CPU per GET of `paths` with `a`'s token and with `b`'s, `total` GETs each, measured
+/// in [`SLICES`] alternating slices (`b` first when `b_first`) so that a change in the machine's
+/// load during the round weighs on both alike.
+async fn alternated(
+    a: &Api,
+    b: &Api,
+    pid: u32,
+    paths: &Arc<Vec<String>>,
+    total: usize,
+    b_first: bool,
+) -> (f64, f64) {
+    let slice = total.div_ceil(SLICES);
+    let (mut a_ticks, mut b_ticks) = (0, 0);
+    for _ in 0..SLICES {
+        for is_b in [b_first, !b_first] {
+            let api = if is_b { b } else { a };
+            let before = cpu_ticks(pid);
+            let errors = get_load(api, paths, GET_CONNS, slice).await;
+            assert_eq!(errors, 0, "GETs answered other than 200");
+            let ticks = cpu_ticks(pid) - before;
+            if is_b {
+                b_ticks += ticks;
+            } else {
+                a_ticks += ticks;
+            }
+        }
+    }
+    let per_get = |ticks: u64| ticks as f64 / ticks_per_second() / (slice * SLICES) as f64 * 1e6;
+    (per_get(a_ticks), per_get(b_ticks))
+}
+
+/// The paths of [`SPREAD`] ConfigMaps `spread-N` in `NS`, created with `api`.
+async fn spread_configmaps(api: &Api) -> Arc<Vec<String>> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..GET_CONNS {
+        let (api, next) = (api.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= SPREAD {
+                    break;
+                }
+                let body = configmap(NS, &format!("spread-{n}"), json!({"v": "x".repeat(1024)}));
+                post(&api, &format!("/api/v1/namespaces/{NS}/configmaps"), body).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("create task");
+    }
+    Arc::new(
+        (0..SPREAD)
+            .map(|n| format!("/api/v1/namespaces/{NS}/configmaps/spread-{n}"))
+            .collect(),
+    )
 }
 
 /// ConfigMap creates/s at `CREATE_CONNS` connections for `seconds` with `api`'s token.
@@ -328,7 +398,7 @@ fn main() {
     if std::env::var_os("LITEK8S_LOG").is_none() {
         std::env::set_var("LITEK8S_LOG", "warn");
     }
-    let gets = env_or("AUTH_BENCH_GETS", 30_000);
+    let gets = env_or("AUTH_BENCH_GETS", 100_000);
     let seconds = env_or("AUTH_BENCH_SECONDS", 5) as u64;
     let (cores, cpu) = report::machine();
     println!("litek8s authorization benchmark on {cores} cores ({cpu})");
@@ -361,6 +431,9 @@ fn main() {
         assert_eq!(other.status, 403, "{}", other.text());
         sa
     });
+    let one: Arc<Vec<String>> =
+        Arc::new(vec![format!("/api/v1/namespaces/{NS}/configmaps/target")]);
+    let spread = rt.block_on(spread_configmaps(&admin));
     println!(
         "setup: {ROLES} Roles and RoleBindings in {:.1} s",
         setup.elapsed().as_secs_f64()
@@ -383,7 +456,12 @@ fn main() {
             } else {
                 let start = Instant::now();
                 while start.elapsed().as_secs() < 20 {
-                    let cpu = cpu_per_get(api, rbac_pid, gets).await;
+                    let paths = if what.contains("spread") {
+                        &spread
+                    } else {
+                        &one
+                    };
+                    let cpu = cpu_per_get(api, rbac_pid, paths, gets).await;
                     println!("  CPU/GET {cpu:.1} µs");
                 }
             }
@@ -392,20 +470,20 @@ fn main() {
     }
     let load_before = load_average();
     let (mut get_admin, mut get_sa) = (Vec::new(), Vec::new());
+    let (mut spread_admin, mut spread_sa) = (Vec::new(), Vec::new());
     let (mut create_plain, mut create_rbac, mut create_sa) = (Vec::new(), Vec::new(), Vec::new());
     rt.block_on(async {
         // Warm-up: connections, the verified-token cache, the allocator's arenas.
-        cpu_per_get(&admin, rbac_pid, gets / 10).await;
-        cpu_per_get(&sa, rbac_pid, gets / 10).await;
+        cpu_per_get(&admin, rbac_pid, &one, gets / 10).await;
+        cpu_per_get(&sa, rbac_pid, &one, gets / 10).await;
         for round in 0..ROUNDS {
             let swap = round % 2 == 1;
-            for b in [swap, !swap] {
-                if b {
-                    get_sa.push(cpu_per_get(&sa, rbac_pid, gets).await);
-                } else {
-                    get_admin.push(cpu_per_get(&admin, rbac_pid, gets).await);
-                }
-            }
+            let (a, b) = alternated(&admin, &sa, rbac_pid, &one, gets, swap).await;
+            get_admin.push(a);
+            get_sa.push(b);
+            let (a, b) = alternated(&admin, &sa, rbac_pid, &spread, gets, swap).await;
+            spread_admin.push(a);
+            spread_sa.push(b);
             for b in [swap, !swap] {
                 if b {
                     create_rbac.push(creates(&admin, &format!("a{round}"), seconds).await);
@@ -415,10 +493,12 @@ fn main() {
             }
             create_sa.push(creates(&sa, &format!("s{round}"), seconds).await);
             println!(
-                "round {round}: CPU/GET admin {:.1} µs, SA {:.1} µs; creates/s plain {:.0}, \
-                 1,000 bindings {:.0}, SA {:.0}; load {}",
+                "round {round}: CPU/GET admin {:.1} µs, SA {:.1} µs; spread admin {:.1} µs, \
+                 SA {:.1} µs; creates/s plain {:.0}, 1,000 bindings {:.0}, SA {:.0}; load {}",
                 get_admin[round],
                 get_sa[round],
+                spread_admin[round],
+                spread_sa[round],
                 create_plain[round],
                 create_rbac[round],
                 create_sa[round],
@@ -429,6 +509,7 @@ fn main() {
     let load_after = load_average();
 
     let (ga, gs) = (median(&get_admin), median(&get_sa));
+    let (sa_spread, admin_spread) = (median(&spread_sa), median(&spread_admin));
     let (cp, cr, cs) = (
         median(&create_plain),
         median(&create_rbac),
@@ -448,6 +529,21 @@ fn main() {
             format!("{gs:.1} µs ({get_extra:+.1} %)"),
             "≤ +10 %",
             Some(get_extra <= 10.0),
+        ),
+        row(
+            format!("Server CPU per GET of {SPREAD} ConfigMaps in turn, admin token"),
+            format!("{admin_spread:.1} µs"),
+            "",
+            None,
+        ),
+        row(
+            format!("Server CPU per GET of {SPREAD} ConfigMaps in turn, service-account token"),
+            format!(
+                "{sa_spread:.1} µs ({:+.1} %)",
+                pct(sa_spread, admin_spread)
+            ),
+            "",
+            None,
         ),
         row(
             format!("ConfigMap creates, {CREATE_CONNS} conn, admin, default RBAC objects"),
@@ -486,16 +582,25 @@ fn main() {
     md.push_str(&report::table(&rows));
     md.push_str(&format!(
         "\nMedians of {ROUNDS} rounds; in each round the A and B runs alternate in order. CPU per \
-         GET is the server's utime + stime over {gets} GETs of one 1 KiB ConfigMap; the \
-         service-account token is a bound token from the TokenRequest API, allowed through one of \
-         the RoleBindings. Creates run {seconds} s each with unique names.\n\n\
-         | Round | CPU/GET admin | CPU/GET SA | creates/s default | creates/s {ROLES} bindings | creates/s SA |\n\
-         | --- | --- | --- | --- | --- | --- |\n"
+         GET is the server's utime + stime over {gets} GETs of one 1 KiB ConfigMap, or of \
+         {SPREAD} of them in turn: more distinct requests than the server remembers RBAC \
+         decisions for, so each is decided afresh; the admin and service-account GETs of a \
+         round alternate in {SLICES} slices. The service-account token is a bound token \
+         from the TokenRequest API, allowed through one of the RoleBindings. Creates run \
+         {seconds} s each with unique names.\n\n\
+         | Round | CPU/GET admin | CPU/GET SA | spread admin | spread SA | creates/s default | creates/s {ROLES} bindings | creates/s SA |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     ));
     for r in 0..ROUNDS {
         md.push_str(&format!(
-            "| {r} | {:.1} µs | {:.1} µs | {:.0} | {:.0} | {:.0} |\n",
-            get_admin[r], get_sa[r], create_plain[r], create_rbac[r], create_sa[r]
+            "| {r} | {:.1} µs | {:.1} µs | {:.1} µs | {:.1} µs | {:.0} | {:.0} | {:.0} |\n",
+            get_admin[r],
+            get_sa[r],
+            spread_admin[r],
+            spread_sa[r],
+            create_plain[r],
+            create_rbac[r],
+            create_sa[r]
         ));
     }
     println!("\n{md}");
