@@ -193,7 +193,7 @@ fn spec_user(req: &ApiRequest, spec: &Value) -> Result<UserInfo, ApiError> {
         name: text(spec, "/user"),
         uid: text(spec, "/uid"),
         groups: strings(spec.get("groups")),
-        extra,
+        extra: extra.into(),
     })
 }
 

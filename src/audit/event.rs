@@ -74,7 +74,7 @@ impl From<&UserInfo> for AuditUser {
             username: user.name.clone(),
             uid: user.uid.clone(),
             groups: user.groups.clone(),
-            extra: user.extra.clone(),
+            extra: (*user.extra).clone(),
         }
     }
 }

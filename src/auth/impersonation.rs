@@ -218,6 +218,6 @@ pub fn resolve(
         name,
         uid,
         groups,
-        extra,
+        extra: extra.into(),
     })
 }

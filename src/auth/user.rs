@@ -2,6 +2,7 @@
 //! and the well-known names and groups the rest of the server relies on.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -30,9 +31,14 @@ pub struct UserInfo {
     pub uid: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub extra: BTreeMap<String, Vec<String>>,
+    /// Shared between copies: a service account's token carries its credential id here, and
+    /// every request copies the user the token names.
+    #[serde(default, skip_serializing_if = "Extra::is_empty")]
+    pub extra: Arc<Extra>,
 }
+
+/// A user's extra attributes: key → values.
+pub type Extra = BTreeMap<String, Vec<String>>;
 
 impl UserInfo {
     /// A user with `name` in `groups` (no uid, no extra).

@@ -246,8 +246,7 @@ mod tests {
     fn the_user_header_round_trips_any_name() {
         let mut user = UserInfo::new("zoë 🦀", &["g\"quoted\"", "system:authenticated"]);
         user.uid = "1000".into();
-        user.extra
-            .insert("scopes".into(), vec!["a".into(), "b".into()]);
+        Arc::make_mut(&mut user.extra).insert("scopes".into(), vec!["a".into(), "b".into()]);
         let value = user_header(&user).expect("a header value");
         assert!(value.as_bytes().is_ascii());
         let back: UserInfo = serde_json::from_slice(value.as_bytes()).unwrap();

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::Method;
@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::agent::api::ApiClient;
+use crate::auth::user::Extra;
 use crate::auth::UserInfo;
 
 pub const TOKEN_ALLOWED_TTL: Duration = Duration::from_secs(120);
@@ -271,12 +272,12 @@ fn user_of(user: &Value) -> Option<UserInfo> {
         .into_iter()
         .flatten()
         .map(|(k, v)| (k.clone(), strings(v)))
-        .collect();
+        .collect::<Extra>();
     Some(UserInfo {
         name: name.to_string(),
         uid: user["uid"].as_str().unwrap_or_default().to_string(),
         groups: strings(&user["groups"]),
-        extra,
+        extra: Arc::new(extra),
     })
 }
 

@@ -59,7 +59,7 @@ pub fn identity_headers(user: &UserInfo, headers: &mut HeaderMap) {
     for group in &user.groups {
         add(GROUP_HEADER.to_string(), group);
     }
-    for (key, values) in &user.extra {
+    for (key, values) in user.extra.iter() {
         for value in values {
             add(format!("{EXTRA_PREFIX}{}", escape_key(key)), value);
         }
@@ -178,6 +178,7 @@ where
 mod tests {
     use super::*;
     use http::header;
+    use std::sync::Arc;
 
     #[test]
     fn the_callers_credentials_and_claims_are_not_passed_on() {
@@ -195,7 +196,7 @@ mod tests {
     #[test]
     fn the_user_is_stated_in_front_proxy_headers() {
         let mut user = UserInfo::new("alice", &["dev", "system:authenticated"]);
-        user.extra.insert(
+        Arc::make_mut(&mut user.extra).insert(
             "scopes.example.com/a b".into(),
             vec!["x".into(), "y".into()],
         );

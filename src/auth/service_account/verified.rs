@@ -188,6 +188,6 @@ fn service_account_user(
             format!("{}:{namespace}", user::SERVICE_ACCOUNTS),
             user::AUTHENTICATED.to_string(),
         ],
-        extra,
+        extra: extra.into(),
     }
 }
