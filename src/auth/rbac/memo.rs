@@ -15,7 +15,6 @@
 //! never memory.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::Arc;
 
 use http::Method;
@@ -26,33 +25,6 @@ use crate::auth::user::UserInfo;
 /// Most requests remembered at once.
 pub const CAPACITY: usize = 1024;
 
-/// One remembered request: everything a decision was made from, compared in full on a hit
-/// (the map's key is only a hash), in one allocation: the user's name, each group, the
-/// method, the path and the query, each followed by a NUL. None of them holds a NUL (a
-/// request whose user does is never remembered), so the key reads back as exactly one list.
-struct Remembered {
-    key: Box<str>,
-    reason: Arc<str>,
-}
-
-impl Remembered {
-    fn is(&self, request: &Request<'_>) -> bool {
-        let mut rest = self.key.as_ref();
-        request.parts().all(|part| {
-            match rest
-                .strip_prefix(part)
-                .and_then(|after| after.strip_prefix('\0'))
-            {
-                Some(after) => {
-                    rest = after;
-                    true
-                }
-                None => false,
-            }
-        }) && rest.is_empty()
-    }
-}
-
 /// The request a decision is asked for, as the memo sees it.
 pub struct Request<'a> {
     pub user: &'a UserInfo,
@@ -62,118 +34,69 @@ pub struct Request<'a> {
 }
 
 impl Request<'_> {
-    /// What a decision is made from, in order: the user's name, its groups, the method, the
-    /// path and the query.
-    fn parts(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.user.name.as_str())
-            .chain(self.user.groups.iter().map(String::as_str))
-            .chain([self.method.as_str(), self.path, self.query.unwrap_or("")])
-    }
-
-    /// Whether the request can be told apart from every other by its key: none of its parts
-    /// holds the separator. (A path, query and method cannot; a name or group from a client
-    /// certificate or the token file could.)
-    fn rememberable(&self) -> bool {
-        self.parts().all(|part| !part.contains('\0'))
-    }
-
-    fn hash_with(&self, state: &RandomState) -> u64 {
-        let mut hasher = state.build_hasher();
-        for part in self.parts() {
-            hasher.write(part.as_bytes());
-            hasher.write_u8(0);
-        }
-        hasher.finish()
-    }
-
-    fn key(&self) -> Box<str> {
-        let mut key = String::with_capacity(self.parts().map(|p| p.len() + 1).sum());
-        for part in self.parts() {
+    /// What a decision is made from, in one string: the user's name, each group, the method,
+    /// the path and the query, each followed by a NUL. `None` when a part holds a NUL itself
+    /// (a path, query and method cannot; a name or group from a client certificate or the
+    /// token file could): its key could be another request's, so it is never remembered.
+    fn key(&self) -> Option<String> {
+        let parts = || {
+            std::iter::once(self.user.name.as_str())
+                .chain(self.user.groups.iter().map(String::as_str))
+                .chain([self.method.as_str(), self.path, self.query.unwrap_or("")])
+        };
+        let mut key = String::with_capacity(parts().map(|part| part.len() + 1).sum());
+        for part in parts() {
+            if part.contains('\0') {
+                return None;
+            }
             key.push_str(part);
             key.push('\0');
         }
-        key.into_boxed_str()
+        Some(key)
     }
 }
 
-/// The allowing decisions of one index.
+/// The allowing decisions of one index: each request's key and the reason RBAC gave.
 #[derive(Default)]
 pub struct DecisionMemo {
-    hashes: RandomState,
-    entries: Mutex<Entries>,
-}
-
-#[derive(Default)]
-struct Entries {
-    by_hash: HashMap<u64, Vec<Remembered>>,
-    count: usize,
-}
-
-impl Entries {
-    fn forget_one(&mut self) {
-        let Some(&hash) = self.by_hash.keys().next() else {
-            return;
-        };
-        if let Some(same) = self.by_hash.get_mut(&hash) {
-            same.pop();
-            self.count -= 1;
-            if same.is_empty() {
-                self.by_hash.remove(&hash);
-            }
-        }
-    }
+    entries: Mutex<HashMap<Box<str>, Arc<str>>>,
 }
 
 impl DecisionMemo {
     /// The reason RBAC gave when it allowed `request` before, if it did.
     pub fn allowed(&self, request: &Request<'_>) -> Option<Arc<str>> {
-        if !request.rememberable() {
-            return None;
-        }
-        let hash = request.hash_with(&self.hashes);
-        let entries = self.entries.lock();
-        entries
-            .by_hash
-            .get(&hash)?
-            .iter()
-            .find(|entry| entry.is(request))
-            .map(|entry| entry.reason.clone())
+        let key = request.key()?;
+        self.entries.lock().get(key.as_str()).cloned()
     }
 
     /// Remembers that RBAC allowed `request` for `reason`. A full memo forgets one entry
     /// first, whichever the map yields first.
     pub fn remember(&self, request: &Request<'_>, reason: Arc<str>) {
-        if !request.rememberable() {
+        let Some(key) = request.key() else {
             return;
-        }
-        let hash = request.hash_with(&self.hashes);
+        };
         let mut entries = self.entries.lock();
-        if entries
-            .by_hash
-            .get(&hash)
-            .is_some_and(|same| same.iter().any(|e| e.is(request)))
-        {
+        if entries.contains_key(key.as_str()) {
             return;
         }
-        if entries.count >= CAPACITY {
-            entries.forget_one();
+        if entries.len() >= CAPACITY {
+            let first = entries.keys().next().cloned();
+            if let Some(first) = first {
+                entries.remove(&first);
+            }
         }
-        entries.by_hash.entry(hash).or_default().push(Remembered {
-            key: request.key(),
-            reason,
-        });
-        entries.count += 1;
+        entries.insert(key.into_boxed_str(), reason);
     }
 
     /// Forgets everything: the RBAC objects changed.
     pub fn clear(&mut self) {
-        *self.entries.get_mut() = Entries::default();
+        self.entries.get_mut().clear();
     }
 
     /// How many requests are remembered.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.entries.lock().count
+        self.entries.lock().len()
     }
 }
 
