@@ -119,9 +119,21 @@ fn fake_answer(query: &[u8]) -> Option<Vec<u8>> {
 
 impl FakeUpstream {
     async fn start() -> FakeUpstream {
-        let socket = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        // One port for UDP and TCP, as a DNS server has: the kernel picks a free UDP port,
+        // whose TCP twin another process may hold; then another pick.
+        let mut attempts = 0;
+        let (socket, listener) = loop {
+            let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            match TcpListener::bind(socket.local_addr().unwrap()).await {
+                Ok(listener) => break (Arc::new(socket), listener),
+                Err(e) if attempts < 20 => {
+                    attempts += 1;
+                    eprintln!("upstream port taken for TCP ({e}), picking another");
+                }
+                Err(e) => panic!("no port free for both UDP and TCP: {e}"),
+            }
+        };
         let addr = socket.local_addr().unwrap();
-        let listener = TcpListener::bind(addr).await.unwrap();
         let asked = Arc::new(AtomicUsize::new(0));
         let counter = asked.clone();
         tokio::spawn(async move {
