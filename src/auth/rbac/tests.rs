@@ -29,6 +29,15 @@ fn put(store: &Store, resource: &str, ns: &str, name: &str, mut body: Value) {
         .unwrap();
 }
 
+fn delete(store: &Store, resource: &str, ns: &str, name: &str) {
+    store
+        .apply(Mutation::Delete {
+            key: ObjectKey::new(resource, ns, name),
+            precondition: Default::default(),
+        })
+        .unwrap();
+}
+
 fn binding(role_kind: &str, role: &str, subjects: Value) -> Value {
     json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
            "subjects": subjects})
@@ -269,12 +278,7 @@ fn the_index_sees_a_write_as_soon_as_the_store_applied_it() {
         ),
     );
     assert!(authz.authorize(&dave, &pods).allowed());
-    store
-        .apply(Mutation::Delete {
-            key: ObjectKey::new(ROLES, "a", "pod-reader"),
-            precondition: Default::default(),
-        })
-        .unwrap();
+    delete(&store, ROLES, "a", "pod-reader");
     assert_eq!(
         authz.authorize(&dave, &pods),
         Decision::Deny(r#"RBAC: role.rbac.authorization.k8s.io "pod-reader" not found"#.into())
@@ -307,12 +311,7 @@ fn a_remembered_decision_lasts_only_until_an_rbac_object_changes() {
     );
     // Another RBAC object changes: the memo is forgotten with it, and the next answer is
     // the objects' own (the role is gone).
-    store
-        .apply(Mutation::Delete {
-            key: ObjectKey::new(ROLES, "a", "pod-reader"),
-            precondition: Default::default(),
-        })
-        .unwrap();
+    delete(&store, ROLES, "a", "pod-reader");
     assert_eq!(
         ask(&alice, &Method::GET, None),
         Err((
