@@ -21,7 +21,6 @@ use cluster_support::Cluster;
 use serde_json::json;
 use support::{runtime, Api};
 
-const SKIP_ENV: &str = "LITEK8S_SKIP_CONTAINERS";
 const IMAGE: &str = "litek8s.test/busybox:1";
 /// What the test asserts: a new `logs -f` prints within this of the old one's end.
 const RESUME: Duration = Duration::from_secs(3);
@@ -63,15 +62,8 @@ fn follow(kubectl: &str, kubeconfig: &Path) -> (Child, mpsc::Receiver<(Instant, 
 #[test]
 fn logs_follow_ends_when_the_tunnel_moves_and_a_new_one_works_within_3s() {
     let missing = missing_pod_tools();
-    if !missing.is_empty() {
-        if std::env::var(SKIP_ENV).as_deref() == Ok("1") {
-            eprintln!("skipping: missing {}", missing.join(", "));
-            return;
-        }
-        panic!(
-            "this test needs {} (tests/run-all.sh installs them, or set {SKIP_ENV}=1)",
-            missing.join(", ")
-        );
+    if !agent_support::tools_present_or_skip(&missing, "this test needs") {
+        return;
     }
     let pid = std::process::id();
     let bridge = format!("lk8f{}", pid % 1_000_000);

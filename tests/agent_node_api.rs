@@ -24,7 +24,6 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use support::{free_port, runtime, Api, Server};
 
-const SKIP_ENV: &str = "LITEK8S_SKIP_CONTAINERS";
 const IMAGE: &str = "litek8s.test/busybox:1";
 /// Hang guards, not performance assertions.
 const GUARD: Duration = Duration::from_secs(60);
@@ -38,15 +37,8 @@ struct Setup {
 
 fn start(agent_args: &[&str]) -> Option<Setup> {
     let missing = missing_pod_tools();
-    if !missing.is_empty() {
-        if std::env::var(SKIP_ENV).as_deref() == Ok("1") {
-            eprintln!("skipping: missing {}", missing.join(", "));
-            return None;
-        }
-        panic!(
-            "node API tests need {} (tests/run-all.sh installs them, or set {SKIP_ENV}=1)",
-            missing.join(", ")
-        );
+    if !agent_support::tools_present_or_skip(&missing, "node API tests need") {
+        return None;
     }
     // The tests of this file run at once: each its own bridge and pod network.
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

@@ -83,15 +83,8 @@ impl Node {
     /// A server and a Ready agent (extra agent flags in `agent_args`); `None` when skipped.
     fn start(agent_args: &[&str]) -> Option<Node> {
         let missing = missing_tools();
-        if !missing.is_empty() {
-            if std::env::var(SKIP_ENV).as_deref() == Ok("1") {
-                eprintln!("skipping: missing {}", missing.join(", "));
-                return None;
-            }
-            panic!(
-                "pod tests need {} (tests/run-all.sh installs them, or set {SKIP_ENV}=1)",
-                missing.join(", ")
-            );
+        if !agent_support::tools_present_or_skip(&missing, "pod tests need") {
+            return None;
         }
         {
             let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());

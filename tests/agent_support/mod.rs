@@ -413,3 +413,24 @@ pub fn remove_pods_leftovers(node_dir: &Path, root: &Path, bridge: &str) {
         .stderr(Stdio::null())
         .status();
 }
+
+/// With this set to `1`, a container test skips on a machine that lacks its tools instead of
+/// failing.
+pub const SKIP_CONTAINERS_ENV: &str = "LITEK8S_SKIP_CONTAINERS";
+
+/// Whether a container test may go on: yes when nothing is `missing`; no (a logged skip) when
+/// something is and [`SKIP_CONTAINERS_ENV`] is `1`; otherwise the test fails naming it after
+/// `who_needs` ("pod tests need", "this test needs").
+pub fn tools_present_or_skip(missing: &[String], who_needs: &str) -> bool {
+    if missing.is_empty() {
+        return true;
+    }
+    if std::env::var(SKIP_CONTAINERS_ENV).as_deref() == Ok("1") {
+        eprintln!("skipping: missing {}", missing.join(", "));
+        return false;
+    }
+    panic!(
+        "{who_needs} {} (tests/run-all.sh installs them, or set {SKIP_CONTAINERS_ENV}=1)",
+        missing.join(", ")
+    );
+}

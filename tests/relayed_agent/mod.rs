@@ -8,8 +8,6 @@
 use crate::agent_support::{self, Agent, PodCleanup};
 use crate::cluster_support::Cluster;
 
-/// Set to `1` to skip (instead of fail) when a tool the pods need is missing.
-pub const SKIP_ENV: &str = "LITEK8S_SKIP_CONTAINERS";
 /// The test image every pod runs.
 pub const IMAGE: &str = "litek8s.test/busybox:1";
 
@@ -36,19 +34,12 @@ impl Drop for Cleanup {
 }
 
 /// Starts the three servers and the agent on B. `missing`: what the calling tests need and
-/// this machine lacks (`None` is returned with [`SKIP_ENV`]`=1`, otherwise the test fails
+/// this machine lacks (`None` is returned with [`agent_support::SKIP_CONTAINERS_ENV`]`=1`, otherwise the test fails
 /// naming it). `bridge_prefix` (4 characters) and `subnet_base` keep the bridge name and pod
 /// range apart from other test files running at the same time.
 pub fn start(missing: Vec<String>, bridge_prefix: &str, subnet_base: u32) -> Option<Setup> {
-    if !missing.is_empty() {
-        if std::env::var(SKIP_ENV).as_deref() == Ok("1") {
-            eprintln!("skipping: missing {}", missing.join(", "));
-            return None;
-        }
-        panic!(
-            "pod tests need {} (tests/run-all.sh installs them, or set {SKIP_ENV}=1)",
-            missing.join(", ")
-        );
+    if !agent_support::tools_present_or_skip(&missing, "pod tests need") {
+        return None;
     }
     let pid = std::process::id();
     let bridge = format!("{bridge_prefix}{}", pid % 1_000_000);
