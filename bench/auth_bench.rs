@@ -5,7 +5,7 @@
 //! run with `--disable-controller-manager --disable-scheduler` (the API server alone, as
 //! bench/API.md measures it).
 //!
-//! Measures, each as the median of 3 rounds whose A and B runs alternate in order:
+//! Measures, each as the median of 5 rounds whose A and B runs alternate in order:
 //! - the server's CPU (utime + stime of `/proc/<pid>/stat`) per GET of one ConfigMap at 16
 //!   connections, with the admin token (`system:masters`: no RBAC) and with a service account's
 //!   bound token from the TokenRequest API whose access comes through one of the 1,000
@@ -14,11 +14,17 @@
 //!   afresh: the cost without the memo);
 //! - ConfigMap creates/s at 64 connections with the admin token on a server without extra RBAC
 //!   objects and on one with the 1,000 Roles and bindings, and with the service account's
-//!   token on the latter.
+//!   token on the latter, each a fixed number of creates. Each round the server without extra
+//!   RBAC objects also takes a second admin create run (printed, not compared) while the other
+//!   takes the service account's, so both stores grow alike: a store that holds more objects
+//!   makes the next creates slower, and a snapshot of the store (every 20,000 log entries)
+//!   landing in one run and not in the other would be read as what RBAC costs. So both
+//!   servers hold the same ConfigMaps and reach the same resourceVersion before the first run,
+//!   every run starts once both are idle, and each also reports the server's CPU per create.
 //!
 //! Writes the table as Markdown to the path given as the first argument (default
-//! bench/AUTH.md). `AUTH_BENCH_GETS` and `AUTH_BENCH_SECONDS` shorten the runs (a smoke test);
-//! `AUTH_BENCH_PROFILE=gets` or `creates` runs only that load with the service account's token
+//! bench/AUTH.md). `AUTH_BENCH_GETS` and `AUTH_BENCH_CREATES` (per create run) shorten the
+//! runs (a smoke test); `AUTH_BENCH_PROFILE=gets` or `creates` runs only that load with the service account's token
 //! (`gets-admin`, `creates-admin` with the admin token) for a profiler.
 
 #[path = "../tests/support/mod.rs"]
@@ -45,7 +51,7 @@ const ROLES: usize = 1_000;
 const NAMESPACES: usize = 50;
 const GET_CONNS: usize = 16;
 const CREATE_CONNS: usize = 64;
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 /// ConfigMaps the spread GETs go round: more distinct requests than the server remembers
 /// RBAC decisions for (`auth::rbac::memo::CAPACITY`), so every one is decided afresh.
 const SPREAD: usize = 5_000;
@@ -363,28 +369,94 @@ async fn spread_configmaps(api: &Api) -> Arc<Vec<String>> {
     )
 }
 
-/// ConfigMap creates/s at `CREATE_CONNS` connections for `seconds` with `api`'s token.
-async fn creates(api: &Api, prefix: &str, seconds: u64) -> f64 {
+/// The resourceVersion of a fresh ConfigMap created through `api`: the server's count of
+/// applied writes.
+async fn written(api: &Api, name: &str) -> u64 {
+    let created = post(
+        api,
+        &format!("/api/v1/namespaces/{NS}/configmaps"),
+        configmap(NS, name, json!({})),
+    )
+    .await;
+    created["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|rv| rv.parse().ok())
+        .expect("resourceVersion of a created ConfigMap")
+}
+
+/// Writes throwaway ConfigMaps through `behind` until its resourceVersion reaches `ahead`'s.
+async fn align_resource_versions(behind: &Api, ahead: &Api) {
+    let target = written(ahead, "align-ahead").await;
+    let mut n = 0;
+    while written(behind, &format!("align-{n}")).await < target {
+        n += 1;
+    }
+    println!("aligned: {n} throwaway writes to resourceVersion {target}");
+}
+
+/// Waits until every server in `pids` has used under 2 % of a core over half a second (at
+/// most 30 s): the flushes, snapshots and compaction a create run leaves behind land in that
+/// server's own tail, not in the next run, which may be the other server's.
+async fn settle(pids: &[u32]) {
+    let window = std::time::Duration::from_millis(500);
+    let quiet = (ticks_per_second() * window.as_secs_f64() * 0.02).ceil() as u64;
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let before: Vec<u64> = pids.iter().map(|&pid| cpu_ticks(pid)).collect();
+        tokio::time::sleep(window).await;
+        let busy = pids
+            .iter()
+            .zip(&before)
+            .any(|(&pid, &b)| cpu_ticks(pid) - b > quiet);
+        if !busy || Instant::now() > deadline {
+            return;
+        }
+    }
+}
+
+/// One create run: creates/s, and the server's CPU per create in µs.
+struct CreateRun {
+    rate: f64,
+    cpu_us: f64,
+}
+
+/// `total` ConfigMap creates at `CREATE_CONNS` connections with `api`'s token against the
+/// server `pid`, once every server in `settle_pids` is idle.
+async fn creates(
+    api: &Api,
+    pid: u32,
+    settle_pids: &[u32],
+    prefix: &str,
+    total: usize,
+) -> CreateRun {
+    settle(settle_pids).await;
+    let before = cpu_ticks(pid);
     let data = "x".repeat(1024);
     let body: create_load::Body = Arc::new(move |name: &str| {
         serde_json::to_vec(&configmap(NS, name, json!({"v": data}))).expect("serialize")
     });
-    let load = create_load::create_load(
+    let load = create_load::create_load_until(
         api,
         &format!("/api/v1/namespaces/{NS}/configmaps"),
         prefix,
         CREATE_CONNS,
-        seconds,
+        create_load::Until::Sent(total),
         body,
     )
     .await;
+    let ticks = cpu_ticks(pid) - before;
     assert_eq!(load.errors, 0, "creates answered other than 201");
+    let run = CreateRun {
+        rate: load.rate(),
+        cpu_us: ticks as f64 / ticks_per_second() * 1e6 / load.latencies.len().max(1) as f64,
+    };
     println!(
-        "  creates {prefix}: {:.0}/s, p99 {:.1} ms",
-        load.rate(),
-        report::percentile(&load.latencies, 0.99).as_secs_f64() * 1000.0
+        "  creates {prefix} on pid {pid}: {:.0}/s, p99 {:.1} ms, {:.1} µs CPU each",
+        run.rate,
+        report::percentile(&load.latencies, 0.99).as_secs_f64() * 1000.0,
+        run.cpu_us
     );
-    load.rate()
+    run
 }
 
 fn pct(new: f64, old: f64) -> f64 {
@@ -399,7 +471,7 @@ fn main() {
         std::env::set_var("LITEK8S_LOG", "warn");
     }
     let gets = env_or("AUTH_BENCH_GETS", 100_000);
-    let seconds = env_or("AUTH_BENCH_SECONDS", 5) as u64;
+    let per_run = env_or("AUTH_BENCH_CREATES", 60_000);
     let (cores, cpu) = report::machine();
     println!("litek8s authorization benchmark on {cores} cores ({cpu})");
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -412,6 +484,7 @@ fn main() {
     let rbac = Server::start(API_ONLY);
     let (plain_api, admin) = (plain.api(), rbac.api());
     let rbac_pid = rbac.pid().expect("pid");
+    let plain_pid = plain.pid().expect("pid");
     let setup = Instant::now();
     let sa = rt.block_on(async {
         base(&plain_api).await;
@@ -434,13 +507,21 @@ fn main() {
     let one: Arc<Vec<String>> =
         Arc::new(vec![format!("/api/v1/namespaces/{NS}/configmaps/target")]);
     let spread = rt.block_on(spread_configmaps(&admin));
+    // The other server holds the same ConfigMaps, and takes throwaway writes until its
+    // resourceVersion catches up with the RBAC server's: the two logs then reach each snapshot
+    // (every `raft::snapshot::SNAPSHOT_EVERY` entries) after the same create of a run, and a
+    // snapshot that falls inside one server's run and not the other's is not read as RBAC.
+    rt.block_on(async {
+        spread_configmaps(&plain_api).await;
+        align_resource_versions(&plain_api, &admin).await;
+    });
     println!(
         "setup: {ROLES} Roles and RoleBindings in {:.1} s",
         setup.elapsed().as_secs_f64()
     );
 
     // `AUTH_BENCH_PROFILE=creates` or `gets`: only that load with the service account's token
-    // (`creates-admin`, `gets-admin`: the admin token's), for 20 s, on the server whose pid is
+    // (`creates-admin`, `gets-admin`: the admin token's), for about 20 s, on the server whose pid is
     // printed (for `perf record -p`); nothing written.
     if let Ok(what) = std::env::var("AUTH_BENCH_PROFILE") {
         println!("profile: server pid {rbac_pid}");
@@ -452,7 +533,7 @@ fn main() {
         std::thread::sleep(std::time::Duration::from_secs(2));
         rt.block_on(async {
             if what.starts_with("creates") {
-                creates(api, "p", 20).await;
+                creates(api, rbac_pid, &[], "p", 300_000).await;
             } else {
                 let start = Instant::now();
                 while start.elapsed().as_secs() < 20 {
@@ -471,7 +552,9 @@ fn main() {
     let load_before = load_average();
     let (mut get_admin, mut get_sa) = (Vec::new(), Vec::new());
     let (mut spread_admin, mut spread_sa) = (Vec::new(), Vec::new());
-    let (mut create_plain, mut create_rbac, mut create_sa) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut create_plain, mut create_rbac) = (Vec::new(), Vec::new());
+    // The service account's runs, and the other server's admin runs alongside them.
+    let (mut create_sa, mut create_plain_second) = (Vec::new(), Vec::new());
     rt.block_on(async {
         // Warm-up: connections, the verified-token cache, the allocator's arenas.
         cpu_per_get(&admin, rbac_pid, &one, gets / 10).await;
@@ -489,14 +572,29 @@ fn main() {
         }
         for round in 0..ROUNDS {
             let swap = round % 2 == 1;
+            let both = [plain_pid, rbac_pid];
             for b in [swap, !swap] {
                 if b {
-                    create_rbac.push(creates(&admin, &format!("a{round}"), seconds).await);
+                    let prefix = format!("a{round}");
+                    create_rbac.push(creates(&admin, rbac_pid, &both, &prefix, per_run).await);
                 } else {
-                    create_plain.push(creates(&plain_api, &format!("a{round}"), seconds).await);
+                    let prefix = format!("a{round}");
+                    let run = creates(&plain_api, plain_pid, &both, &prefix, per_run);
+                    create_plain.push(run.await);
                 }
             }
-            create_sa.push(creates(&sa, &format!("s{round}"), seconds).await);
+            // The service account's run on the RBAC server and a balancing admin run on the
+            // other, alternated too: both stores take the same number of creates per round.
+            for b in [swap, !swap] {
+                if b {
+                    let prefix = format!("s{round}");
+                    create_sa.push(creates(&sa, rbac_pid, &both, &prefix, per_run).await);
+                } else {
+                    let prefix = format!("s{round}");
+                    let run = creates(&plain_api, plain_pid, &both, &prefix, per_run);
+                    create_plain_second.push(run.await);
+                }
+            }
             println!(
                 "round {round}: CPU/GET admin {:.1} µs, SA {:.1} µs; spread admin {:.1} µs, \
                  SA {:.1} µs; creates/s plain {:.0}, 1,000 bindings {:.0}, SA {:.0}; load {}",
@@ -504,9 +602,9 @@ fn main() {
                 get_sa[round],
                 spread_admin[round],
                 spread_sa[round],
-                create_plain[round],
-                create_rbac[round],
-                create_sa[round],
+                create_plain[round].rate,
+                create_rbac[round].rate,
+                create_sa[round].rate,
                 load_average()
             );
         }
@@ -515,13 +613,28 @@ fn main() {
 
     let (ga, gs) = (median(&get_admin), median(&get_sa));
     let (sa_spread, admin_spread) = (median(&spread_sa), median(&spread_admin));
-    let (cp, cr, cs) = (
-        median(&create_plain),
-        median(&create_rbac),
-        median(&create_sa),
-    );
+    let rates = |runs: &[CreateRun]| median(&runs.iter().map(|r| r.rate).collect::<Vec<_>>());
+    let cpus = |runs: &[CreateRun]| median(&runs.iter().map(|r| r.cpu_us).collect::<Vec<_>>());
+    // A round's two runs meet the same store size and the same snapshot points, rounds do
+    // not: a change is the median of the rounds' paired changes.
+    let paired = |b: &[CreateRun], a: &[CreateRun], of: fn(&CreateRun) -> f64| {
+        median(
+            &b.iter()
+                .zip(a)
+                .map(|(b, a)| pct(of(b), of(a)))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let (cp, cr, cs) = (rates(&create_plain), rates(&create_rbac), rates(&create_sa));
+    let (cpu_plain, cpu_rbac, cpu_sa) = (cpus(&create_plain), cpus(&create_rbac), cpus(&create_sa));
+    let rate_of = |r: &CreateRun| r.rate;
+    let cpu_of = |r: &CreateRun| r.cpu_us;
+    let create_change = paired(&create_rbac, &create_plain, rate_of);
+    let sa_change = paired(&create_sa, &create_plain_second, rate_of);
+    let cpu_change = paired(&create_rbac, &create_plain, cpu_of);
+    let sa_cpu_change = paired(&create_sa, &create_plain_second, cpu_of);
     let get_extra = pct(gs, ga);
-    let create_drop = -pct(cr, cp);
+    let create_drop = -create_change;
     let rows = vec![
         row(
             format!("Server CPU per GET, {GET_CONNS} conn, admin token"),
@@ -558,7 +671,7 @@ fn main() {
         ),
         row(
             format!("ConfigMap creates, {CREATE_CONNS} conn, admin, {ROLES} Roles + bindings"),
-            format!("{cr:.0}/s ({:+.1} %)", -create_drop),
+            format!("{cr:.0}/s ({create_change:+.1} %)"),
             "drop ≤ 5 %",
             Some(create_drop <= 5.0),
         ),
@@ -566,7 +679,17 @@ fn main() {
             format!(
                 "ConfigMap creates, {CREATE_CONNS} conn, service-account token, {ROLES} Roles + bindings"
             ),
-            format!("{cs:.0}/s ({:+.1} %)", pct(cs, cp)),
+            format!("{cs:.0}/s ({sa_change:+.1} %)"),
+            "",
+            None,
+        ),
+        row(
+            "Server CPU per create: default RBAC objects / 1000 bindings / service account"
+                .to_string(),
+            format!(
+                "{cpu_plain:.1} / {cpu_rbac:.1} ({cpu_change:+.1} %) / {cpu_sa:.1} µs \
+                 ({sa_cpu_change:+.1} %)"
+            ),
             "",
             None,
         ),
@@ -590,22 +713,34 @@ fn main() {
          GET is the server's utime + stime over {gets} GETs of one 1 KiB ConfigMap, or of \
          {SPREAD} of them in turn: more distinct requests than the server remembers RBAC \
          decisions for, so each is decided afresh; the admin and service-account GETs of a \
-         round alternate in {SLICES} slices, and every GET round runs before the creates. The service-account token is a bound token \
-         from the TokenRequest API, allowed through one of the RoleBindings. Creates run \
-         {seconds} s each with unique names.\n\n\
-         | Round | CPU/GET admin | CPU/GET SA | spread admin | spread SA | creates/s default | creates/s {ROLES} bindings | creates/s SA |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+         round alternate in {SLICES} slices, and every GET round runs before the creates. The \
+         service-account token is a bound token from the TokenRequest API, allowed through one \
+         of the RoleBindings. A create run is {per_run} creates with unique names, started once \
+         both servers are idle; in each round the server without extra RBAC objects takes a \
+         second admin run while the other takes the service account's, so both stores grow \
+         alike, and both hold the same ConfigMaps and resourceVersion before the first run, so \
+         their logs reach each snapshot after the same create. A change between creates is the \
+         median of the rounds' paired changes (the service account's runs against the other \
+         server's admin runs alongside them, `default 2nd`), since a round's two runs meet the \
+         same store size and snapshot points and rounds do not.\n\n\
+         | Round | CPU/GET admin | CPU/GET SA | spread admin | spread SA | creates/s default | creates/s {ROLES} bindings | creates/s SA | creates/s default 2nd | CPU/create default, bindings, SA, default 2nd |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     ));
     for r in 0..ROUNDS {
         md.push_str(&format!(
-            "| {r} | {:.1} µs | {:.1} µs | {:.1} µs | {:.1} µs | {:.0} | {:.0} | {:.0} |\n",
+            "| {r} | {:.1} µs | {:.1} µs | {:.1} µs | {:.1} µs | {:.0} | {:.0} | {:.0} | {:.0} | {:.1}, {:.1}, {:.1}, {:.1} µs |\n",
             get_admin[r],
             get_sa[r],
             spread_admin[r],
             spread_sa[r],
-            create_plain[r],
-            create_rbac[r],
-            create_sa[r]
+            create_plain[r].rate,
+            create_rbac[r].rate,
+            create_sa[r].rate,
+            create_plain_second[r].rate,
+            create_plain[r].cpu_us,
+            create_rbac[r].cpu_us,
+            create_sa[r].cpu_us,
+            create_plain_second[r].cpu_us
         ));
     }
     println!("\n{md}");

@@ -1,7 +1,11 @@
 //! The create load of the API benchmarks (bench/api_bench.rs, bench/crd_bench.rs): `conns`
 //! keep-alive connections, each POSTing new objects to one collection, one request in flight
-//! per connection, for a fixed time.
+//! per connection, for a fixed time or a fixed number of creates.
 
+// Each benchmark uses the part it needs.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +32,15 @@ impl Load {
     }
 }
 
+/// When a run stops.
+#[derive(Clone, Copy)]
+pub enum Until {
+    /// Once this much time has passed.
+    Elapsed(Duration),
+    /// Once this many requests have been sent.
+    Sent(usize),
+}
+
 /// POSTs to `collection` from `conns` connections for `seconds`; object names are
 /// `{prefix}-c{connection}-{n}`, so runs with distinct prefixes never collide.
 pub async fn create_load(
@@ -38,20 +51,38 @@ pub async fn create_load(
     seconds: u64,
     body: Body,
 ) -> Load {
+    let until = Until::Elapsed(Duration::from_secs(seconds));
+    create_load_until(api, collection, prefix, conns, until, body).await
+}
+
+/// As [`create_load`], stopping at `until`.
+pub async fn create_load_until(
+    api: &Api,
+    collection: &str,
+    prefix: &str,
+    conns: usize,
+    until: Until,
+    body: Body,
+) -> Load {
     let start = Instant::now();
-    let deadline = start + Duration::from_secs(seconds);
+    let sent = Arc::new(AtomicUsize::new(0));
+    let more = move |sent: &AtomicUsize| match until {
+        Until::Elapsed(time) => start.elapsed() < time,
+        Until::Sent(total) => sent.fetch_add(1, Ordering::Relaxed) < total,
+    };
     let mut tasks = Vec::new();
     for c in 0..conns {
         let api = api.clone();
         let body = body.clone();
         let collection = collection.to_string();
         let prefix = prefix.to_string();
+        let sent = sent.clone();
         tasks.push(tokio::spawn(async move {
             let mut conn = api.connect().await.expect("connect");
             let mut lat = Vec::new();
             let mut errors = 0;
             let mut i = 0;
-            while Instant::now() < deadline {
+            while more(&sent) {
                 let t = Instant::now();
                 let bytes = body(&format!("{prefix}-c{c}-{i}"));
                 match conn
