@@ -295,6 +295,10 @@ fn clean_node(agent: &mut Agent) {
     agent_support::remove_pods_leftovers(&agent.node_dir, &agent.root, BRIDGE);
 }
 
+// The server's allocator, as in `litek8s`: this process's own work (the client, or the
+// server's code run in-process) is measured on it.
+litek8s::use_server_allocator!();
+
 fn main() {
     let out = std::env::args()
         .nth(1)

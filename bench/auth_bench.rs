@@ -463,6 +463,10 @@ fn pct(new: f64, old: f64) -> f64 {
     (new / old - 1.0) * 100.0
 }
 
+// The server's allocator, as in `litek8s`: this process's own work (the client, or the
+// server's code run in-process) is measured on it.
+litek8s::use_server_allocator!();
+
 fn main() {
     let out_path = std::env::args()
         .nth(1)

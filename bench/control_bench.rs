@@ -584,9 +584,13 @@ fn row(metric: &str, values: &[f64], format: impl Fn(f64) -> String, target: &st
     )
 }
 
+// The server's allocator, as in `litek8s`: this process's own work (the client, or the
+// server's code run in-process) is measured on it.
+litek8s::use_server_allocator!();
+
 fn main() {
     // The server's allocator settings, as `litek8s` sets them first thing.
-    litek8s::tune_allocator();
+    litek8s::tune_allocator(litek8s::Allocator::Mimalloc);
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("memory") {
         memory_child();

@@ -158,6 +158,10 @@ fn phase(addr: SocketAddr, window: usize) -> (f64, Vec<u32>) {
     (all.len() as f64 / elapsed.as_secs_f64(), all)
 }
 
+// The server's allocator, as in `litek8s`: this process's own work (the client, or the
+// server's code run in-process) is measured on it.
+litek8s::use_server_allocator!();
+
 fn main() {
     let out = std::env::args().nth(1);
     let zone: ZoneHandle = Arc::new(parking_lot::RwLock::new(Arc::new(zone())));

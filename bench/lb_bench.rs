@@ -997,6 +997,10 @@ fn table(rows: &[[String; 5]]) -> String {
     md
 }
 
+// The server's allocator, as in `litek8s`: this process's own work (the client, or the
+// server's code run in-process) is measured on it.
+litek8s::use_server_allocator!();
+
 fn main() {
     let out_path = std::env::args()
         .nth(1)

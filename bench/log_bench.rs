@@ -272,12 +272,16 @@ async fn write_entries(dir: &Path, count: u64) {
     }
 }
 
+// The server's allocator, as in `litek8s`: this process's own work (the client, or the
+// server's code run in-process) is measured on it.
+litek8s::use_server_allocator!();
+
 fn main() {
     // The server's allocator settings (`litek8s` calls this first thing in `main`, and the
     // server starts the tuner below): a benchmark that ran with mimalloc's defaults instead
     // would pay page faults the server does not (docs/performance-notes.md, "The benchmark with
     // the server's allocator").
-    litek8s::tune_allocator();
+    litek8s::tune_allocator(litek8s::Allocator::Mimalloc);
     let args: Vec<String> = std::env::args().collect();
     if let Some(pos) = args.iter().position(|a| a == "--replay") {
         replay_child(Path::new(&args[pos + 1]));

@@ -174,6 +174,10 @@ fn bytes_per_object(labels: Labels) -> f64 {
         })
 }
 
+// The server's allocator, as in `litek8s`: this process's own work (the client, or the
+// server's code run in-process) is measured on it.
+litek8s::use_server_allocator!();
+
 fn main() {
     let mut out = None;
     let mut args = std::env::args().skip(1);

@@ -113,12 +113,16 @@ fn replay(dir: &Path) {
     );
 }
 
+// The server's allocator, as in `litek8s`: this process's own work (the client, or the
+// server's code run in-process) is measured on it.
+litek8s::use_server_allocator!();
+
 fn main() {
     // The server's allocator settings (`litek8s` calls this first thing in `main`, so its
     // replay at start runs with them): with mimalloc's defaults the replay faults in huge
     // pages, which on a VM that hands free memory back to its host cost ~25 ms each
     // (docs/performance-notes.md, "The benchmark with the server's allocator").
-    litek8s::tune_allocator();
+    litek8s::tune_allocator(litek8s::Allocator::Mimalloc);
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("replay") {
         replay(Path::new(&args[2]));

@@ -1,6 +1,10 @@
-//! The process allocator: mimalloc, tuned for a long-running server whose idle footprint
-//! matters, with transparent huge pages switched on only once the heap is big enough for them
-//! to pay off.
+//! The process allocator, chosen per executable: the API server's (`litek8s`) is mimalloc,
+//! tuned for a long-running server whose idle footprint matters, with transparent huge pages
+//! switched on only once the heap is big enough for them to pay off; the node agent's own
+//! executable (`litek8s-agent`) keeps glibc malloc, with one arena and its free pages trimmed
+//! when it goes idle. Each executable declares its `#[global_allocator]` (or none, for glibc's)
+//! and names it to [`tune_allocator`] first thing in `main`; the library declares none, except
+//! for its own unit tests, which run on mimalloc as the server does.
 //!
 //! Why mimalloc: the store and the WAL replay allocate many small, short-lived values (keys,
 //! JSON nodes), where it is measurably faster than glibc malloc (docs/performance-notes.md,
@@ -24,18 +28,66 @@
 //! 3-member create benchmark, 4–5 times fewer `madvise` calls and 3–4 times fewer page faults,
 //! and about 8 % less server CPU per create over 14 alternating pairs).
 //!
-//! Why the agent collects when its workers go idle ([`collect_when_parked`]): the node agent
-//! does its file and namespace work on tokio's blocking threads, which come and go with pod
-//! churn. A thread that ends leaves mimalloc's pages that still hold its blocks "abandoned"
-//! (blocks other threads free later are not given back until some thread visits them), and a
-//! worker's own pages freed from other threads stay with it until it allocates that size
-//! again. Neither is a leak, but after pods come and go the agent kept twice its working
-//! memory (bench/AGENT.md, notes). A forced collect on an idle worker settles both.
+//! Why the agent gives memory back when its workers go idle ([`release_when_parked`]): the
+//! node agent does its file and namespace work on tokio's blocking threads, which come and go
+//! with pod churn, and holds a pod's objects only while the pod exists. With mimalloc, a thread
+//! that ends leaves its pages that still hold blocks "abandoned" (blocks other threads free
+//! later are not given back until some thread visits them), and a worker's own pages freed
+//! from other threads stay with it until it allocates that size again; a forced collect on an
+//! idle worker settles both, yet after pods came and went mimalloc still held 12–13 MiB for
+//! 0.8 MiB of live data: its 64 KiB pages of one size class each kept a few long-lived blocks
+//! among freed ones (docs/performance-notes.md, "After pod churn the agent's extra memory is
+//! the allocator's"). glibc malloc gives back the free pages inside its heaps at 4 KiB
+//! granularity (`malloc_trim`), so the agent executable uses it: one arena (not one per
+//! thread: the agent's threads are few and its allocations are not what limits it) and a trim
+//! on an idle worker.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
+/// The server's allocator type, for an executable's `#[global_allocator]` declaration.
+pub use mimalloc::MiMalloc;
+
+/// Declares the server's allocator (mimalloc) as the executable's global allocator: in
+/// `litek8s` and in the benchmarks that run the server's code in their own process. Pair it
+/// with `tune_allocator(Allocator::Mimalloc)` first thing in `main`.
+#[macro_export]
+macro_rules! use_server_allocator {
+    () => {
+        #[global_allocator]
+        static GLOBAL_ALLOCATOR: $crate::allocator::MiMalloc = $crate::allocator::MiMalloc;
+    };
+}
+
+// The library's unit tests run on the server's allocator (the tests below need it).
+#[cfg(test)]
 #[global_allocator]
-static GLOBAL_ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static TEST_ALLOCATOR: MiMalloc = MiMalloc;
+
+/// The allocator an executable declared as its global one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allocator {
+    /// `#[global_allocator] static A: MiMalloc = MiMalloc;` — the API server's.
+    Mimalloc = 1,
+    /// No declaration: the system's (glibc) malloc — the agent executable's.
+    Glibc = 2,
+}
+
+/// The allocator named to [`tune_allocator`] (0: none yet, nothing is tuned or given back).
+static CHOSEN: AtomicU8 = AtomicU8::new(0);
+
+fn chosen() -> Option<Allocator> {
+    match CHOSEN.load(Ordering::Relaxed) {
+        1 => Some(Allocator::Mimalloc),
+        2 => Some(Allocator::Glibc),
+        _ => None,
+    }
+}
+
+/// glibc malloc arenas for the agent (glibc's default is 8 per core). One: 35 s after 100 pods
+/// came and went the agent held 5.3 MiB of anonymous memory with one, 6.8 with two
+/// (bench/AGENT.md, notes).
+pub const AGENT_MALLOC_ARENAS: std::ffi::c_int = 1;
 
 /// Anonymous resident memory above which transparent huge pages are allowed.
 pub const HUGE_PAGE_HEAP_THRESHOLD: u64 = 32 * 1024 * 1024;
@@ -45,7 +97,7 @@ pub const HUGE_PAGE_HEAP_THRESHOLD: u64 = 32 * 1024 * 1024;
 pub const LOADED_PURGE_DELAY_MS: std::ffi::c_long = 100;
 
 /// How often, at most, an idle async worker thread gives its freed memory back
-/// ([`collect_when_parked`]).
+/// ([`release_when_parked`]).
 pub const IDLE_COLLECT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How often the heap size is sampled (one read of `/proc/self/statm`).
@@ -55,14 +107,27 @@ const HEAP_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// Tunes the allocator: freed memory goes back to the OS at once (purge delay 0), arenas are
-/// not committed ahead of use, and huge pages are off until the heap grows. Call first thing in
-/// `main`, before threads start.
-pub fn tune_allocator() {
-    // SAFETY: plain option setters of the C allocator; any value is valid.
-    unsafe {
-        libmimalloc_sys::mi_option_set(ARENA_EAGER_COMMIT, 0);
-        libmimalloc_sys::mi_option_set(PURGE_DELAY, 0);
+/// Tunes `allocator`, the executable's global one, and remembers it for
+/// [`release_when_parked`]. Huge pages are off until the heap grows (mimalloc) or for good
+/// (glibc). mimalloc: freed memory goes back to the OS at once (purge delay 0), arenas are not
+/// committed ahead of use. glibc: at most [`AGENT_MALLOC_ARENAS`] arenas, unless
+/// `GLIBC_TUNABLES` is set (an operator's own tuning wins). Call first thing in `main`, before
+/// threads start.
+pub fn tune_allocator(allocator: Allocator) {
+    CHOSEN.store(allocator as u8, Ordering::Relaxed);
+    match allocator {
+        // SAFETY: plain option setters of the C allocator; any value is valid.
+        Allocator::Mimalloc => unsafe {
+            libmimalloc_sys::mi_option_set(ARENA_EAGER_COMMIT, 0);
+            libmimalloc_sys::mi_option_set(PURGE_DELAY, 0);
+        },
+        Allocator::Glibc => {
+            if std::env::var_os("GLIBC_TUNABLES").is_none() {
+                // SAFETY: mallopt only sets a parameter of glibc's allocator; called before
+                // other threads exist.
+                unsafe { libc::mallopt(libc::M_ARENA_MAX, AGENT_MALLOC_ARENAS) };
+            }
+        }
     }
     // Failure only means the kernel has no THP control: nothing to save then.
     let _ = nix::sys::prctl::set_thp_disable(true);
@@ -70,10 +135,12 @@ pub fn tune_allocator() {
 
 /// Switches to the loaded profile once the process's anonymous resident memory passes
 /// [`HUGE_PAGE_HEAP_THRESHOLD`]: transparent huge pages allowed, freed memory kept
-/// [`LOADED_PURGE_DELAY_MS`]. Returns then (or at once when THP was never disabled, or `/proc`
-/// cannot be read). Run it as a background task of the server.
+/// [`LOADED_PURGE_DELAY_MS`]. Returns then (or at once when the allocator is not mimalloc, THP
+/// was never disabled, or `/proc` cannot be read). Run it as a background task of the server.
 pub async fn tune_for_load_when_heap_grows() {
-    if !matches!(nix::sys::prctl::get_thp_disable(), Ok(true)) {
+    if chosen() != Some(Allocator::Mimalloc)
+        || !matches!(nix::sys::prctl::get_thp_disable(), Ok(true))
+    {
         return;
     }
     let mut ticker = tokio::time::interval(HEAP_SAMPLE_INTERVAL);
@@ -103,20 +170,20 @@ pub async fn tune_for_load_when_heap_grows() {
 }
 
 thread_local! {
-    /// When this thread last ran [`collect_when_parked`]'s collect (or first parked).
+    /// When this thread last gave memory back in [`release_when_parked`] (or first parked).
     static LAST_COLLECT: std::cell::Cell<Option<std::time::Instant>> =
         const { std::cell::Cell::new(None) };
 }
 
 /// For `tokio::runtime::Builder::on_thread_park`: when this worker thread runs out of work
-/// and has not collected for [`IDLE_COLLECT_INTERVAL`], gives the allocator's free memory back
-/// to the OS: the thread's pages emptied by other threads' frees, and the pages of ended
-/// threads that have emptied since (mimalloc's forced `mi_collect` on this thread's heap, which
-/// also visits the abandoned segments of all threads). Parking means nothing is waiting to
-/// run, so the cost (1–3 ms on average in the agent benchmark, more while the machine is
-/// busy) lands where it delays nothing that was ready; at most once per interval per worker
-/// that is at most about 0.05 % of a core each (the idle agent's cpu did not change).
-pub fn collect_when_parked() {
+/// and has not done so for [`IDLE_COLLECT_INTERVAL`], gives the allocator's free memory back
+/// to the OS. mimalloc: the thread's pages emptied by other threads' frees, and the pages of
+/// ended threads that have emptied since (a forced `mi_collect` on this thread's heap, which
+/// also visits the abandoned segments of all threads). glibc: `malloc_trim(0)`, every free
+/// page inside every arena. Parking means nothing is waiting to run, so the cost (1–3 ms on
+/// average in the agent benchmark with mimalloc, more while the machine is busy) lands where
+/// it delays nothing that was ready; at most once per interval per worker.
+pub fn release_when_parked() {
     let now = std::time::Instant::now();
     let due = LAST_COLLECT.with(|last| {
         let due = collect_due(last.get(), now);
@@ -126,10 +193,21 @@ pub fn collect_when_parked() {
         }
         due
     });
-    if due {
+    if let (true, Some(allocator)) = (due, chosen()) {
+        release_free_memory(allocator);
+    }
+}
+
+/// Gives `allocator`'s free memory back to the OS (see [`release_when_parked`]).
+fn release_free_memory(allocator: Allocator) {
+    match allocator {
         // SAFETY: a plain call into the C allocator; it touches this thread's heap and the
         // allocator's shared lists under their own locks.
-        unsafe { libmimalloc_sys::mi_collect(true) };
+        Allocator::Mimalloc => unsafe { libmimalloc_sys::mi_collect(true) },
+        // SAFETY: malloc_trim locks each arena while it walks it; safe from any thread.
+        Allocator::Glibc => unsafe {
+            libc::malloc_trim(0);
+        },
     }
 }
 
@@ -194,7 +272,7 @@ mod tests {
     #[tokio::test]
     async fn a_heap_past_the_threshold_switches_to_the_loaded_profile() {
         let _alone = HEAP_TESTS.lock().await;
-        tune_allocator();
+        tune_allocator(Allocator::Mimalloc);
         if !matches!(nix::sys::prctl::get_thp_disable(), Ok(true)) {
             // No THP control in this kernel: the switch has nothing to do.
             return;
@@ -239,7 +317,7 @@ mod tests {
         const BLOCKS: usize = 512 * 1024;
         const BLOCK: usize = 256;
         let _alone = HEAP_TESTS.blocking_lock();
-        tune_allocator();
+        tune_allocator(Allocator::Mimalloc);
         let worker = std::thread::spawn(|| {
             let blocks: Vec<Box<[u8; BLOCK]>> = (0..BLOCKS).map(|_| Box::new([1; BLOCK])).collect();
             std::thread::spawn(move || drop(blocks))
@@ -249,7 +327,7 @@ mod tests {
             LAST_COLLECT.with(|last| {
                 last.set(std::time::Instant::now().checked_sub(IDLE_COLLECT_INTERVAL))
             });
-            collect_when_parked();
+            release_when_parked();
             let after = anonymous_resident_bytes().unwrap_or(u64::MAX);
             (before, after)
         });
@@ -258,6 +336,50 @@ mod tests {
         assert!(
             before.saturating_sub(after) >= total / 2,
             "of {} MiB freed by another thread only {} MiB went back ({} MiB → {} MiB)",
+            total >> 20,
+            before.saturating_sub(after) >> 20,
+            before >> 20,
+            after >> 20
+        );
+    }
+
+    /// The agent executable's case: glibc keeps the pages of freed blocks that lie below a
+    /// block still in use; the trim gives them back. (The test process's global allocator is
+    /// mimalloc, so the blocks come from glibc's `malloc` directly.)
+    #[test]
+    fn a_glibc_trim_gives_back_freed_pages_below_a_live_block() {
+        const BLOCKS: usize = 256 * 1024;
+        const BLOCK: usize = 256;
+        let _alone = HEAP_TESTS.blocking_lock();
+        let (before, after) = std::thread::spawn(|| {
+            // SAFETY: plain glibc allocations, each freed once below; the last one (the block
+            // that keeps the heap's top in use) is freed after the measurement.
+            unsafe {
+                let blocks: Vec<usize> = (0..BLOCKS)
+                    .map(|_| {
+                        let block = libc::malloc(BLOCK);
+                        assert!(!block.is_null());
+                        std::ptr::write_bytes(block.cast::<u8>(), 1, BLOCK);
+                        block as usize
+                    })
+                    .collect();
+                let live = libc::malloc(BLOCK);
+                for block in blocks {
+                    libc::free(block as *mut libc::c_void);
+                }
+                let before = anonymous_resident_bytes().unwrap_or(0);
+                release_free_memory(Allocator::Glibc);
+                let after = anonymous_resident_bytes().unwrap_or(u64::MAX);
+                libc::free(live);
+                (before, after)
+            }
+        })
+        .join()
+        .expect("the allocating thread");
+        let total = (BLOCKS * BLOCK) as u64;
+        assert!(
+            before.saturating_sub(after) >= total / 2,
+            "of {} MiB freed only {} MiB went back ({} MiB → {} MiB)",
             total >> 20,
             before.saturating_sub(after) >> 20,
             before >> 20,

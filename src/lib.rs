@@ -62,4 +62,4 @@ pub mod storage;
 pub(crate) mod streams;
 pub mod systemd;
 
-pub use allocator::tune_allocator;
+pub use allocator::{tune_allocator, Allocator};

@@ -7,10 +7,13 @@
 //! kernel maps code around each fault), so the agent's resident size followed the size of the
 //! whole suite. This binary's `main` reaches only the agent, so the linker leaves the rest out
 //! (docs/agent.md, "Two executables").
+//!
+//! Its allocator is glibc's (no `#[global_allocator]`): after pods come and go it gives back
+//! what mimalloc kept (src/allocator.rs).
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    litek8s::tune_allocator();
+    litek8s::tune_allocator(litek8s::Allocator::Glibc);
     litek8s::cli::main("litek8s-agent", litek8s::cli::parse_agent)
 }

@@ -225,7 +225,7 @@ impl AgentArgs {
             .thread_name("litek8s-agent")
             // Pod churn leaves freed memory with the allocator (src/allocator.rs): idle
             // workers give it back.
-            .on_thread_park(crate::allocator::collect_when_parked)
+            .on_thread_park(crate::allocator::release_when_parked)
             .thread_keep_alive(BLOCKING_THREAD_KEEP_ALIVE)
             .build()
             .context("starting the async runtime")?;
