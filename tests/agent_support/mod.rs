@@ -57,6 +57,8 @@ impl Agent {
 
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(agent_bin());
+        // The allocator as litek8s-agent.service runs it.
+        cmd.env("GLIBC_TUNABLES", unit_glibc_tunables());
         cmd.arg("--server")
             .arg(&self.server)
             .arg("--node-dir")
@@ -433,4 +435,14 @@ pub fn tools_present_or_skip(missing: &[String], who_needs: &str) -> bool {
         "{who_needs} {} (tests/run-all.sh installs them, or set {SKIP_CONTAINERS_ENV}=1)",
         missing.join(", ")
     );
+}
+
+/// The glibc tunables `litek8s-agent.service` runs the agent with (its
+/// `Environment=GLIBC_TUNABLES=` line): the tests and the benchmark run the agent's allocator
+/// as the unit does.
+pub fn unit_glibc_tunables() -> &'static str {
+    include_str!("../../systemd/litek8s-agent.service")
+        .lines()
+        .find_map(|line| line.strip_prefix("Environment=GLIBC_TUNABLES="))
+        .expect("litek8s-agent.service sets GLIBC_TUNABLES")
 }
