@@ -311,6 +311,19 @@ mod tests {
         assert!(collect_due(Some(now), now + IDLE_COLLECT_INTERVAL));
     }
 
+    /// That at least half of the `freed` bytes left the anonymous resident memory between the
+    /// readings `before` and `after`.
+    fn assert_half_went_back(before: u64, after: u64, freed: u64) {
+        assert!(
+            before.saturating_sub(after) >= freed / 2,
+            "of {} MiB freed only {} MiB went back ({} MiB → {} MiB)",
+            freed >> 20,
+            before.saturating_sub(after) >> 20,
+            before >> 20,
+            after >> 20
+        );
+    }
+
     /// The memory the agent kept: blocks one thread allocated and another freed stay with the
     /// first thread's pages until it collects. A parked worker past the interval gives them
     /// back.
@@ -334,15 +347,7 @@ mod tests {
             (before, after)
         });
         let (before, after) = worker.join().expect("the worker thread");
-        let total = (BLOCKS * BLOCK) as u64;
-        assert!(
-            before.saturating_sub(after) >= total / 2,
-            "of {} MiB freed by another thread only {} MiB went back ({} MiB → {} MiB)",
-            total >> 20,
-            before.saturating_sub(after) >> 20,
-            before >> 20,
-            after >> 20
-        );
+        assert_half_went_back(before, after, (BLOCKS * BLOCK) as u64);
     }
 
     /// The agent executable's case: glibc keeps the pages of freed blocks that lie below a
@@ -378,15 +383,7 @@ mod tests {
         })
         .join()
         .expect("the allocating thread");
-        let total = (BLOCKS * BLOCK) as u64;
-        assert!(
-            before.saturating_sub(after) >= total / 2,
-            "of {} MiB freed only {} MiB went back ({} MiB → {} MiB)",
-            total >> 20,
-            before.saturating_sub(after) >> 20,
-            before >> 20,
-            after >> 20
-        );
+        assert_half_went_back(before, after, (BLOCKS * BLOCK) as u64);
     }
 
     #[test]

@@ -57,8 +57,11 @@ impl Agent {
 
     pub fn command(&self) -> Command {
         let mut cmd = Command::new(agent_bin());
-        // The allocator as litek8s-agent.service runs it.
-        cmd.env("GLIBC_TUNABLES", unit_glibc_tunables());
+        // The allocator as litek8s-agent.service runs it, unless the caller set its own
+        // (an experiment: bench/AGENT.md, notes).
+        if std::env::var_os("GLIBC_TUNABLES").is_none() {
+            cmd.env("GLIBC_TUNABLES", unit_glibc_tunables());
+        }
         cmd.arg("--server")
             .arg(&self.server)
             .arg("--node-dir")
