@@ -459,6 +459,32 @@ async fn creates(
     run
 }
 
+/// One step of a create round: a run with `rbac_api` on the RBAC server and one with the admin
+/// token (`plain_api`) on the other, the RBAC server's first when `swap`; both name their
+/// objects under `prefix`. `pids` are (plain, RBAC). Returns (RBAC run, plain run).
+async fn paired_creates(
+    rbac_api: &Api,
+    plain_api: &Api,
+    (plain_pid, rbac_pid): (u32, u32),
+    prefix: &str,
+    per_run: usize,
+    swap: bool,
+) -> (CreateRun, CreateRun) {
+    let both = [plain_pid, rbac_pid];
+    let (mut rbac_run, mut plain_run) = (None, None);
+    for on_rbac in [swap, !swap] {
+        if on_rbac {
+            rbac_run = Some(creates(rbac_api, rbac_pid, &both, prefix, per_run).await);
+        } else {
+            plain_run = Some(creates(plain_api, plain_pid, &both, prefix, per_run).await);
+        }
+    }
+    (
+        rbac_run.expect("the RBAC server's run"),
+        plain_run.expect("the other server's run"),
+    )
+}
+
 fn pct(new: f64, old: f64) -> f64 {
     (new / old - 1.0) * 100.0
 }
@@ -576,29 +602,19 @@ fn main() {
         }
         for round in 0..ROUNDS {
             let swap = round % 2 == 1;
-            let both = [plain_pid, rbac_pid];
-            for b in [swap, !swap] {
-                if b {
-                    let prefix = format!("a{round}");
-                    create_rbac.push(creates(&admin, rbac_pid, &both, &prefix, per_run).await);
-                } else {
-                    let prefix = format!("a{round}");
-                    let run = creates(&plain_api, plain_pid, &both, &prefix, per_run);
-                    create_plain.push(run.await);
-                }
-            }
+            let pids = (plain_pid, rbac_pid);
+            let prefix = format!("a{round}");
+            let (rbac_run, plain_run) =
+                paired_creates(&admin, &plain_api, pids, &prefix, per_run, swap).await;
+            create_rbac.push(rbac_run);
+            create_plain.push(plain_run);
             // The service account's run on the RBAC server and a balancing admin run on the
-            // other, alternated too: both stores take the same number of creates per round.
-            for b in [swap, !swap] {
-                if b {
-                    let prefix = format!("s{round}");
-                    create_sa.push(creates(&sa, rbac_pid, &both, &prefix, per_run).await);
-                } else {
-                    let prefix = format!("s{round}");
-                    let run = creates(&plain_api, plain_pid, &both, &prefix, per_run);
-                    create_plain_second.push(run.await);
-                }
-            }
+            // other: both stores take the same number of creates per round.
+            let prefix = format!("s{round}");
+            let (sa_run, plain_run) =
+                paired_creates(&sa, &plain_api, pids, &prefix, per_run, swap).await;
+            create_sa.push(sa_run);
+            create_plain_second.push(plain_run);
             println!(
                 "round {round}: CPU/GET admin {:.1} µs, SA {:.1} µs; spread admin {:.1} µs, \
                  SA {:.1} µs; creates/s plain {:.0}, 1,000 bindings {:.0}, SA {:.0}; load {}",
