@@ -7,11 +7,13 @@
 //! - **Backlog**: 1,000 pending pods onto 100 nodes (8 cpus, 32Gi, 110 pods each), the
 //!   scheduler started after they exist — the store, objects.wal, the API pipeline and the
 //!   scheduler in this process, as the server runs them (no TLS between them: the scheduler
-//!   never uses it). Nodes and pods are written through the API first; then the informers and
-//!   the scheduler start; bindings/s is counted from the first binding the store applies to the
-//!   last. Two kinds of pods: plain ones (kube-scheduler's scheduler_perf `SchedulingBasic`:
-//!   100m cpu, 500Mi), and pods of one ReplicaSet behind a Service, so every decision counts
-//!   the matching pods of every node for default spreading.
+//!   never uses it), with the bootstrap objects and default roles a new leader writes (the
+//!   scheduler's bindings are authorized by RBAC as in the server). Nodes and pods are written
+//!   through the API first; then the informers and the scheduler start; bindings/s is counted
+//!   from the first binding the store applies to the last. Two kinds of pods: plain ones
+//!   (kube-scheduler's scheduler_perf `SchedulingBasic`: 100m cpu, 500Mi), and pods of one
+//!   ReplicaSet behind a Service, so every decision counts the matching pods of every node for
+//!   default spreading.
 //! - **Idle**: after the backlog, 30 s with nothing pending: the scheduler loop's wake-ups and
 //!   this process's cpu time (`/proc/self/stat`: store, WAL, informers and scheduler only).
 //! - **Memory per cached pod**: 10,000 bound pods in the store; resident memory before and
@@ -37,6 +39,7 @@ use litek8s::client::{identities, Client, PatchKind};
 use litek8s::controllers::events::EventRecorder;
 use litek8s::controllers::informer::InformersBuilder;
 use litek8s::controllers::scheduler::{Scheduler, COMPONENT};
+use litek8s::controllers::{ensure_bootstrap_objects, reconcile_default_rbac, ApiServers};
 use litek8s::kube::resources::{find, ResourceInfo};
 use litek8s::kube::store::{Store, StoreConfig};
 use litek8s::kube::wal::{WalConfig, WalWriter};
@@ -106,6 +109,21 @@ fn context(dir: &std::path::Path) -> Arc<ApiContext> {
             service_cidr: "10.43.0.0/16".into(),
         },
     ))
+}
+
+/// What a new leader writes before its scheduler starts: the system namespaces and the default
+/// roles and bindings, which authorize the scheduler's bindings as in the server.
+async fn write_leader_objects(admin: &Client) {
+    let servers = ApiServers {
+        ips: vec!["127.0.0.1".parse().expect("an IP")],
+        port: 6443,
+        service_ip: "10.43.0.1".parse().expect("an IP"),
+        dns_service_ip: None,
+    };
+    ensure_bootstrap_objects(admin, &servers)
+        .await
+        .expect("bootstrap objects");
+    reconcile_default_rbac(admin).await.expect("default roles");
 }
 
 /// Runs `jobs` with at most 64 at once.
@@ -237,6 +255,7 @@ async fn backlog(owned: bool, idle: bool) -> BacklogRun {
     let dir = tempfile::tempdir().expect("tempdir");
     let ctx = context(dir.path());
     let admin = Client::new(ctx.clone(), identities::apiserver(), "bench");
+    write_leader_objects(&admin).await;
     populate(&admin, owned).await;
     create_pods(&admin, PODS, owned, false).await;
     // Every binding the store applies, with when.

@@ -88,6 +88,14 @@ pub(crate) mod worker;
 
 use crate::client::Client;
 
+// What a new leader writes before its controllers and scheduler start, for programs that run
+// a controller or the scheduler over a store of their own (the benchmarks): the system
+// namespaces and the `kubernetes` Service (`ensure_bootstrap_objects`), then the default
+// roles and bindings the control plane's identities are authorized by
+// (`reconcile_default_rbac`). The runner does the same, with retries.
+pub use bootstrap::{ensure_all as ensure_bootstrap_objects, ApiServers, BootstrapError};
+pub use rbac_defaults::{reconcile as reconcile_default_rbac, RbacDefaultsError};
+
 /// What every controller of a session shares: clients under the control plane's identities.
 #[derive(Clone)]
 pub struct Shared {
