@@ -753,6 +753,12 @@ fn main() {
          transparent huge pages off and allows them once its anonymous memory passes 32 MiB \
          (src/allocator.rs), so the idle figure carries no huge-page padding.\n"
     ));
+    if let Ok(found) = std::env::var("STARTUP_ORDER_FOUND") {
+        md.push_str(&format!(
+            "\nThe server's start-up code placed together by the linker (build.rs): {found} \
+             functions of src/startup.order are in the binary.\n"
+        ));
+    }
     println!("\n{md}");
     if let Err(e) = std::fs::write(&out_path, &md) {
         eprintln!("cannot write {out_path}: {e}");

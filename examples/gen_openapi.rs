@@ -1,5 +1,6 @@
-//! Writes `src/api/openapi/v3.json`: one OpenAPI v3 document per served group version, built
-//! from k8s-openapi's schemas (dev-only; the server embeds the output).
+//! Writes `src/api/openapi/v3.json`, one OpenAPI v3 document per served group version, built
+//! from k8s-openapi's schemas, and `v3_index.rs`, where each document is in it (dev-only; the
+//! server embeds both).
 //!
 //! Run after adding a kind to `kube::resources::RESOURCES` (and a line to `schema_for`):
 //! `cargo run --example gen_openapi`.
@@ -278,9 +279,31 @@ fn main() -> anyhow::Result<()> {
     for (group, version) in versions {
         out.insert(gv_path(group, version), document(group, version));
     }
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/api/openapi/v3.json");
-    let bytes = serde_json::to_vec(&Value::Object(out))?;
-    std::fs::write(&path, &bytes)?;
-    println!("wrote {} ({} bytes)", path.display(), bytes.len());
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/api/openapi");
+    let text = serde_json::to_string(&Value::Object(out))?;
+    std::fs::write(dir.join("v3.json"), &text)?;
+    std::fs::write(dir.join("v3_index.rs"), index(&text)?)?;
+    println!(
+        "wrote {} ({} bytes) and its index",
+        dir.join("v3.json").display(),
+        text.len()
+    );
     Ok(())
+}
+
+/// `v3_index.rs`: each document's path and the range of its bytes in `text`, in path order.
+fn index(text: &str) -> anyhow::Result<String> {
+    let parsed: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
+        serde_json::from_str(text)?;
+    let mut rs = String::from(
+        "// Written by `cargo run --example gen_openapi` with v3.json: do not edit.\n\
+         // Each group-version document of v3.json as (path, start, end): its bytes' range.\n&[\n",
+    );
+    for (path, raw) in parsed {
+        let start = raw.get().as_ptr() as usize - text.as_ptr() as usize;
+        let end = start + raw.get().len();
+        rs.push_str(&format!("    (\"{path}\", {start}, {end}),\n"));
+    }
+    rs.push_str("]\n");
+    Ok(rs)
 }

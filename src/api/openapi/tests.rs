@@ -301,3 +301,19 @@ fn custom_kinds_get_a_document_per_served_group_version() {
     let (status, _, _) = get_with(&url, "application/json", &kinds);
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[test]
+fn the_index_locates_every_embedded_document() {
+    // The index the generator writes with v3.json: each document's exact bytes, every one.
+    let parsed: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
+        serde_json::from_str(V3_DOCUMENTS).expect("v3.json parses");
+    let located: Vec<(&str, usize, usize)> = parsed
+        .iter()
+        .map(|(path, raw)| {
+            let start = raw.get().as_ptr() as usize - V3_DOCUMENTS.as_ptr() as usize;
+            (path.as_str(), start, start + raw.get().len())
+        })
+        .collect();
+    assert_eq!(V3_INDEX, located.as_slice());
+    assert_eq!(documents().len(), parsed.len());
+}
