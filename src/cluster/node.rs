@@ -61,6 +61,29 @@ pub struct NodeConfig {
     pub snapshot_dir: std::path::PathBuf,
 }
 
+/// Why a member is not ready ([`ClusterNode::readiness`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotReady {
+    /// It has not applied the commit index it learned from the leader: a joining or
+    /// restarted member catching up, or one that keeps up but had not applied the newest
+    /// entries yet when asked (the readiness loop tells the two apart, `cluster::readiness`).
+    Behind { applied: u64, commit: u64 },
+    /// No leader, no recent word from it (or, leading, from a quorum), an election, shutdown.
+    Other(String),
+}
+
+impl std::fmt::Display for NotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotReady::Behind { applied, commit } => write!(
+                f,
+                "applied {applied} behind the learned commit index {commit}"
+            ),
+            NotReady::Other(why) => f.write_str(why),
+        }
+    }
+}
+
 /// A running Raft member.
 pub struct ClusterNode {
     pub id: NodeId,
@@ -316,7 +339,7 @@ impl ClusterNode {
     /// Readiness (docs/guarantees.md, Isolation and readiness): a leader is known, this member has
     /// applied up to the commit index it learned, and it heard from the leader (or, leading, from a
     /// quorum) within the isolation window. `Err` says why not.
-    pub fn readiness(&self) -> Result<(), String> {
+    pub fn readiness(&self) -> Result<(), NotReady> {
         let metrics = self.metrics();
         let isolation = self.timers.isolation();
         let applied = metrics.last_applied.map(|l| l.index);
@@ -325,37 +348,39 @@ impl ClusterNode {
                 let acked = metrics.millis_since_quorum_ack;
                 let quorum_recent = acked.is_some_and(|ms| Duration::from_millis(ms) < isolation);
                 if !quorum_recent {
-                    return Err(format!(
+                    return Err(NotReady::Other(format!(
                         "leading without a quorum heard from recently ({acked:?} ms)"
-                    ));
+                    )));
                 }
                 Ok(())
             }
             ServerState::Follower | ServerState::Learner => {
                 if metrics.current_leader.is_none() {
-                    return Err("no leader known".into());
+                    return Err(NotReady::Other("no leader known".into()));
                 }
                 let heard = *self.heard.lock();
                 match heard.at {
                     Some(at) if at.elapsed() < isolation => {}
                     Some(at) => {
-                        return Err(format!(
+                        return Err(NotReady::Other(format!(
                             "nothing from the leader for {} ms",
                             at.elapsed().as_millis()
-                        ))
+                        )))
                     }
-                    None => return Err("nothing heard from the leader yet".into()),
+                    None => {
+                        return Err(NotReady::Other("nothing heard from the leader yet".into()))
+                    }
                 }
-                if applied < heard.leader_commit {
-                    return Err(format!(
-                        "applied {applied:?} behind the learned commit index {:?}",
-                        heard.leader_commit
-                    ));
+                match heard.leader_commit {
+                    Some(commit) if applied < Some(commit) => Err(NotReady::Behind {
+                        applied: applied.unwrap_or(0),
+                        commit,
+                    }),
+                    _ => Ok(()),
                 }
-                Ok(())
             }
-            ServerState::Candidate => Err("election in progress".into()),
-            ServerState::Shutdown => Err("shutting down".into()),
+            ServerState::Candidate => Err(NotReady::Other("election in progress".into())),
+            ServerState::Shutdown => Err(NotReady::Other("shutting down".into())),
         }
     }
 

@@ -6,12 +6,12 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openraft::ServerState;
 use tokio_util::sync::CancellationToken;
 
-use super::node::{ClusterNode, Leadership};
+use super::node::{ClusterNode, Leadership, NotReady};
 use crate::api::ApiContext;
 use crate::kube::store::Store;
 use crate::systemd::readiness::{Readiness, ReadinessReporter, Role};
@@ -31,6 +31,44 @@ pub async fn beat_while_core_responds(
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
+    }
+}
+
+/// How long a ready member may go without applying the commit index it had learned, before it
+/// counts as behind ([`ApplyLag`]).
+pub const APPLY_LAG_TOLERANCE: Duration = Duration::from_secs(1);
+
+/// Tells a ready member that keeps up from one that fell behind. A follower learns a new commit
+/// index from the leader a moment before it applies the entries up to it, so under writes it is
+/// "behind" at almost any instant; judged sample by sample it would flap between ready and not
+/// ready (`/readyz`, the status line) with every write. It stays ready while, each time, it
+/// applies within [`APPLY_LAG_TOLERANCE`] everything that was committed when it was first seen
+/// behind. A member not yet ready gets no tolerance: a joining or restarted one becomes ready
+/// only once it has applied all it learned.
+#[derive(Debug, Default)]
+struct ApplyLag {
+    /// Since when it has been behind, and the commit index it had learned then.
+    behind: Option<(Instant, u64)>,
+}
+
+impl ApplyLag {
+    /// A ready member `applied` behind the learned `commit` at `now`: whether it keeps up.
+    fn keeps_up(&mut self, applied: u64, commit: u64, now: Instant) -> bool {
+        match self.behind {
+            Some((since, target)) if applied < target => {
+                now.duration_since(since) < APPLY_LAG_TOLERANCE
+            }
+            // First seen behind, or it applied all that was committed then: time it afresh.
+            _ => {
+                self.behind = Some((now, commit));
+                true
+            }
+        }
+    }
+
+    /// It has applied everything it learned (or is not ready for another reason).
+    fn reset(&mut self) {
+        self.behind = None;
     }
 }
 
@@ -68,6 +106,7 @@ pub async fn readiness_loop(
     // applied index changes with every write and is only sampled by the tick).
     let mut changes = node.raft.metrics();
     let mut last_key = None;
+    let mut lag = ApplyLag::default();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -106,7 +145,21 @@ pub async fn readiness_loop(
                 metrics.current_term
             );
         }
-        let verdict = node.readiness().and_then(|()| {
+        let verdict = match node.readiness() {
+            Err(NotReady::Behind { applied, commit })
+                if ctx.ready.load(Ordering::SeqCst)
+                    && lag.keeps_up(applied, commit, Instant::now()) =>
+            {
+                Ok(())
+            }
+            other => {
+                if !matches!(other, Err(NotReady::Behind { .. })) {
+                    lag.reset();
+                }
+                other
+            }
+        };
+        let verdict = verdict.map_err(|why| why.to_string()).and_then(|()| {
             bootstrapped = bootstrapped || bootstrapped_check(&ctx.store);
             if bootstrapped {
                 Ok(())
@@ -199,6 +252,32 @@ fn status_while_not_ready(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_that_applies_each_commit_soon_keeps_up_under_writes() {
+        // A new commit index every 100 ms, each applied by the next sample: behind at every
+        // sample, for far longer than the tolerance, yet never stuck.
+        let start = Instant::now();
+        let mut lag = ApplyLag::default();
+        for i in 0..50u64 {
+            let now = start + Duration::from_millis(100 * i);
+            assert!(lag.keeps_up(i, i + 1, now), "sample {i}");
+        }
+    }
+
+    #[test]
+    fn a_member_that_stops_applying_falls_behind_after_the_tolerance() {
+        let start = Instant::now();
+        let mut lag = ApplyLag::default();
+        assert!(lag.keeps_up(10, 12, start));
+        // New commits arrive, nothing more is applied.
+        assert!(lag.keeps_up(11, 14, start + Duration::from_millis(500)));
+        assert!(!lag.keeps_up(11, 16, start + APPLY_LAG_TOLERANCE));
+        // Once it has applied what was committed when it fell behind, it is timed afresh.
+        assert!(lag.keeps_up(12, 16, start + APPLY_LAG_TOLERANCE * 2));
+        lag.reset();
+        assert!(lag.keeps_up(16, 20, start + APPLY_LAG_TOLERANCE * 10));
+    }
 
     fn status(
         snapshot: Option<u64>,
