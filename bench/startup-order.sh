@@ -17,7 +17,13 @@ command -v valgrind >/dev/null || { echo "startup-order.sh: needs valgrind (apt 
 cargo build --release -p litek8s --bin litek8s
 TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+# STARTUP_ORDER_KEEP=1 keeps the profiled binary and the callgrind outputs (for
+# bench/startup_functions.py --summary) and says where.
+if [ -n "${STARTUP_ORDER_KEEP:-}" ]; then
+    echo "profiles kept in $WORK"
+else
+    trap 'rm -rf "$WORK"' EXIT
+fi
 # A copy: the profile must come from one binary, and the next build may replace the original.
 BIN=$WORK/litek8s
 cp "$TARGET_DIR/release/litek8s" "$BIN"
@@ -47,33 +53,7 @@ port=$((20000 + RANDOM % 20000))
 profile full "$port"
 profile api-only "$((port + 1))" --disable-controller-manager --disable-scheduler
 
-python3 - "$BIN" "$WORK/full.out" "$WORK/api-only.out" >"$WORK/startup.order" <<'EOF'
-"""Functions of BIN that ran an instruction in the callgrind outputs, in BIN's address order."""
-import bisect, subprocess, sys
-
-binary, outputs = sys.argv[1], sys.argv[2:]
-functions = []
-for line in subprocess.run(["nm", "-S", "--defined-only", binary], check=True,
-                           capture_output=True, text=True).stdout.splitlines():
-    fields = line.split()
-    if len(fields) == 4 and fields[2] in "tTwW":
-        functions.append((int(fields[0], 16), max(int(fields[1], 16), 1), fields[3]))
-functions.sort()
-starts = [f[0] for f in functions]
-ran = {}
-for output in outputs:
-    in_binary = False
-    for line in open(output):
-        if line.startswith("ob="):
-            in_binary = line[3:].strip() == binary
-        elif in_binary and line.startswith("0x"):
-            address = int(line.split()[0], 16)
-            i = bisect.bisect_right(starts, address) - 1
-            if i >= 0 and address < functions[i][0] + functions[i][1]:
-                ran[functions[i][2]] = functions[i][0]
-for name in sorted(ran, key=ran.get):
-    print(name)
-EOF
+python3 bench/startup_functions.py "$BIN" "$WORK/full.out" "$WORK/api-only.out" >"$WORK/startup.order"
 
 count=$(wc -l <"$WORK/startup.order")
 {
