@@ -38,7 +38,10 @@ profile() {
         >"$WORK/$name.log" 2>&1 &
     local pid=$! ready=
     for _ in $(seq 300); do
-        if curl -sk -m 2 "https://127.0.0.1:$port/readyz" 2>/dev/null | grep -q ok; then
+        # Both ways a server is asked: plain HTTP, as the load balancer's and the tests' health
+        # checks ask, and HTTPS, as kubectl does.
+        if curl -s -m 2 "http://127.0.0.1:$port/readyz" 2>/dev/null | grep -q ok &&
+            curl -sk -m 2 "https://127.0.0.1:$port/readyz" 2>/dev/null | grep -q ok; then
             ready=1
             break
         fi

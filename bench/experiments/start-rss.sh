@@ -19,7 +19,7 @@ LITEK8S_LOG=info "$bin" apiserver --data-dir "$dir/data" --listen 127.0.0.1:$por
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 1 300); do
-    curl -sk -m 1 https://127.0.0.1:$port/readyz 2>/dev/null | grep -q ok && break
+    curl -s -m 1 http://127.0.0.1:$port/readyz 2>/dev/null | grep -q ok && break
     sleep 0.1
 done
 sleep "${WAIT:-2}"
