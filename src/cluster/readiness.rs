@@ -52,6 +52,29 @@ struct ApplyLag {
 }
 
 impl ApplyLag {
+    /// The member's readiness at `now` with the tolerance: a member that `was_ready` and is
+    /// only behind while keeping up stays ready.
+    fn judge(
+        &mut self,
+        verdict: Result<(), NotReady>,
+        was_ready: bool,
+        now: Instant,
+    ) -> Result<(), NotReady> {
+        match verdict {
+            Err(NotReady::Behind { applied, commit })
+                if was_ready && self.keeps_up(applied, commit, now) =>
+            {
+                Ok(())
+            }
+            Err(NotReady::Behind { .. }) => verdict,
+            // In step, or not ready for another reason: the next lag is timed afresh.
+            other => {
+                self.behind = None;
+                other
+            }
+        }
+    }
+
     /// A ready member `applied` behind the learned `commit` at `now`: whether it keeps up.
     fn keeps_up(&mut self, applied: u64, commit: u64, now: Instant) -> bool {
         match self.behind {
@@ -64,11 +87,6 @@ impl ApplyLag {
                 true
             }
         }
-    }
-
-    /// It has applied everything it learned (or is not ready for another reason).
-    fn reset(&mut self) {
-        self.behind = None;
     }
 }
 
@@ -145,20 +163,11 @@ pub async fn readiness_loop(
                 metrics.current_term
             );
         }
-        let verdict = match node.readiness() {
-            Err(NotReady::Behind { applied, commit })
-                if ctx.ready.load(Ordering::SeqCst)
-                    && lag.keeps_up(applied, commit, Instant::now()) =>
-            {
-                Ok(())
-            }
-            other => {
-                if !matches!(other, Err(NotReady::Behind { .. })) {
-                    lag.reset();
-                }
-                other
-            }
-        };
+        let verdict = lag.judge(
+            node.readiness(),
+            ctx.ready.load(Ordering::SeqCst),
+            Instant::now(),
+        );
         let verdict = verdict.map_err(|why| why.to_string()).and_then(|()| {
             bootstrapped = bootstrapped || bootstrapped_check(&ctx.store);
             if bootstrapped {
@@ -275,8 +284,32 @@ mod tests {
         assert!(!lag.keeps_up(11, 16, start + APPLY_LAG_TOLERANCE));
         // Once it has applied what was committed when it fell behind, it is timed afresh.
         assert!(lag.keeps_up(12, 16, start + APPLY_LAG_TOLERANCE * 2));
-        lag.reset();
+        // In step again: a later lag starts its own time.
+        assert_eq!(
+            lag.judge(Ok(()), true, start + APPLY_LAG_TOLERANCE * 9),
+            Ok(())
+        );
         assert!(lag.keeps_up(16, 20, start + APPLY_LAG_TOLERANCE * 10));
+    }
+
+    #[test]
+    fn only_a_member_that_was_ready_gets_the_tolerance() {
+        let now = Instant::now();
+        let behind = || {
+            Err(NotReady::Behind {
+                applied: 3,
+                commit: 9,
+            })
+        };
+        // Joining or restarting: not ready until it applied all it learned.
+        assert_eq!(ApplyLag::default().judge(behind(), false, now), behind());
+        assert_eq!(ApplyLag::default().judge(behind(), true, now), Ok(()));
+        // Other reasons are never tolerated.
+        let no_leader = Err(NotReady::Other("no leader known".into()));
+        assert_eq!(
+            ApplyLag::default().judge(no_leader.clone(), true, now),
+            no_leader
+        );
     }
 
     fn status(
